@@ -1,0 +1,26 @@
+# brorl-repro: the BroRL reproduction pipeline.
+#   snakemake --cores all                          tiny profile (config/config.yaml)
+#   snakemake --cores all --configfile config/paper.yaml   paper profile
+# Rules live in workflow/rules/*.smk and each calls one `brorl` CLI command.
+
+from snakemake.utils import min_version
+
+min_version("9.27")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/theory.smk"
+include: "workflow/rules/tracking.smk"
+
+
+rule all:
+    input:
+        THEORY_OUTPUTS,
+        DVC_FILES,
+    default_target: True

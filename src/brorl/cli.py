@@ -1,0 +1,183 @@
+"""Command line of the pipeline: one sub-command per Snakemake rule (rules stay thin).
+
+    brorl validate-config config/config.yaml
+    brorl theory-simulate  --config '<json>' --csv results/theory/simulation.csv ...
+    brorl theory-figure3   --config '<json>' --csv ... --figure ... --summary-md ... --summary-csv ...
+    brorl theory-sweep     --config '<json>' --csv ... --md ... --png ...
+    brorl dvc-track results/theory [--push]
+
+Rule sub-commands take the config section they consume as JSON (``--config``), the MLflow settings
+(``--tracking``), the profile, and the rule's name and wildcards for the run's tags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _rule_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="JSON of the config section this rule consumes")
+    p.add_argument("--tracking", default="{}", help="JSON of the tracking config (MLflow store)")
+    p.add_argument("--profile", required=True)
+    p.add_argument("--rule", required=True, help="Snakemake rule name (MLflow tag)")
+    p.add_argument("--wildcards", default="{}", help="JSON of the rule's wildcards (MLflow tag)")
+
+
+def _run(args, params: dict | None = None):
+    from brorl.tracking import rule_run
+
+    return rule_run(args.rule, profile=args.profile, config=json.loads(args.config),
+                    wildcards=json.loads(args.wildcards), tracking=json.loads(args.tracking), params=params)
+
+
+def cmd_validate_config(args) -> int:
+    from brorl.config import ConfigError, load_config
+
+    status = 0
+    for path in args.files:
+        try:
+            load_config(path)
+            print(f"{path}: valid")
+        except ConfigError as err:
+            print(f"{path}: {err}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def cmd_theory_simulate(args) -> int:
+    import mlflow
+
+    from brorl.theory.simulation import SimulationSettings, results_frame, run_grid
+    from brorl.tracking import log_curves
+
+    settings = SimulationSettings.from_dict(json.loads(args.config))
+    with _run(args):
+        t0 = time.perf_counter()
+        results = run_grid(settings)
+        seconds = time.perf_counter() - t0
+        frame = results_frame(results)
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(args.csv, index=False)
+        means = frame.groupby(["n_rollouts", "step"]).mean(numeric_only=True)
+        curves = {}
+        for n in settings.n_rollouts:
+            for metric in ("q_pos", "frac_correct_improved", "worst_correct_delta"):
+                curves[f"{metric}/n{n}"] = means.loc[n][metric].tolist()
+        log_curves(curves)
+        mlflow.log_metric("wall_seconds", seconds)
+        mlflow.log_artifact(args.csv)
+    print(f"[theory-simulate] wrote {args.csv} ({len(frame)} rows) in {seconds:.1f} s")
+    return 0
+
+
+def cmd_theory_figure3(args) -> int:
+    import mlflow
+    import pandas as pd
+
+    from brorl.theory.report import plot_figure3, write_summary
+    from brorl.theory.simulation import SimulationSettings
+
+    cfg = json.loads(args.config)
+    settings = SimulationSettings.from_dict(cfg["simulation"])
+    with _run(args):
+        frame = pd.read_csv(args.csv)
+        plot_figure3(frame, args.figure)
+        table = write_summary(frame, cfg["summary_steps"], args.summary_md, args.summary_csv, settings)
+        for _, row in table.iterrows():
+            n = int(row["n_rollouts"])
+            mlflow.log_metrics({f"{k.replace('@', '_at_')}/n{n}": float(v) for k, v in row.items()
+                                if k != "n_rollouts" and "_sd@" not in k})
+        for path in (args.figure, args.summary_md, args.summary_csv):
+            mlflow.log_artifact(path)
+    print(f"[theory-figure3] wrote {args.figure}, {args.summary_md}")
+    return 0
+
+
+def cmd_theory_sweep(args) -> int:
+    import mlflow
+
+    from brorl.theory.report import sweep_n_values, write_sweep
+    from brorl.theory.simulation import SimulationSettings, results_frame, run_grid
+
+    cfg = json.loads(args.config)
+    settings = SimulationSettings.from_dict(cfg["simulation"])
+    sweep = cfg["extended_sweep"]
+    n_values = sweep_n_values(sweep["n_min"], sweep["n_max"])
+    with _run(args):
+        t0 = time.perf_counter()
+        frame = results_frame(run_grid(settings, n_values=n_values, seeds=sweep["seeds"],
+                                       steps=sweep["steps"]))
+        found = write_sweep(frame, settings, args.csv, args.md, args.png)
+        mlflow.log_metrics({k: float(v) if v is not None else float("nan") for k, v in found.items()})
+        mlflow.log_metric("wall_seconds", time.perf_counter() - t0)
+        for path in (args.csv, args.md, args.png):
+            mlflow.log_artifact(path)
+    print(f"[theory-sweep] {found}")
+    return 0
+
+
+def cmd_init_tracking(args) -> int:
+    from brorl.tracking import init_store
+
+    print(f"[tracking] experiment id {init_store(json.loads(args.tracking))}")
+    return 0
+
+
+def cmd_dvc_track(args) -> int:
+    """`dvc add` the given output folders (writing <folder>.dvc) and optionally push them."""
+    subprocess.run(["dvc", "add", "--quiet", *args.paths], check=True)
+    if args.push:
+        subprocess.run(["dvc", "push", "--quiet", *[f"{p}.dvc" for p in args.paths]], check=True)
+    print(f"[dvc-track] tracked {', '.join(args.paths)}" + (" and pushed" if args.push else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="brorl", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate-config", help="validate config files against the schema")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(func=cmd_validate_config)
+
+    p = sub.add_parser("theory-simulate", help="BroRL Fig. 3 simulation -> simulation.csv")
+    _rule_args(p)
+    p.add_argument("--csv", required=True)
+    p.set_defaults(func=cmd_theory_simulate)
+
+    p = sub.add_parser("theory-figure3", help="figure3.png and summary from simulation.csv")
+    _rule_args(p)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--figure", required=True)
+    p.add_argument("--summary-md", required=True)
+    p.add_argument("--summary-csv", required=True)
+    p.set_defaults(func=cmd_theory_figure3)
+
+    p = sub.add_parser("theory-sweep", help="extended N sweep with Lemma 2 predictions")
+    _rule_args(p)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--md", required=True)
+    p.add_argument("--png", required=True)
+    p.set_defaults(func=cmd_theory_sweep)
+
+    p = sub.add_parser("init-tracking", help="create the MLflow store and experiment")
+    p.add_argument("--tracking", default="{}")
+    p.set_defaults(func=cmd_init_tracking)
+
+    p = sub.add_parser("dvc-track", help="dvc add (and push) output folders")
+    p.add_argument("paths", nargs="+")
+    p.add_argument("--push", action="store_true")
+    p.set_defaults(func=cmd_dvc_track)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Loading and validating the pipeline configuration.
+
+The schema is ``workflow/schemas/config.schema.yaml`` (JSON Schema, draft 2020-12). Validation runs when
+the Snakefile is parsed, so a bad config stops the workflow before any job starts. Every error names the
+config key (as a dotted path, e.g. ``theory.simulation.n_rollouts[0]``) and the rule it violates.
+
+Constraints that JSON Schema cannot express (relations between keys) are checked in
+:func:`cross_field_errors`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message lists every violated rule with its key."""
+
+
+def _key(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "<root>"
+
+
+def _join(parent: str, child: str) -> str:
+    return child if parent == "<root>" else f"{parent}.{child}"
+
+
+def schema_errors(config: dict, schema: dict) -> list[str]:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    messages = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        key = _key(err.absolute_path)
+        if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+            allowed = set(err.schema.get("properties", {}))
+            for extra in sorted(set(err.instance) - allowed):
+                messages.append(f"{_join(key, extra)}: unknown key (allowed here: {', '.join(sorted(allowed))})"
+                                f" [rule: additionalProperties]")
+            continue
+        if err.validator == "required":
+            missing = err.message.split("'")[1] if "'" in err.message else err.message
+            messages.append(f"{_join(key, missing)}: required key is missing [rule: required]")
+            continue
+        messages.append(f"{key}: {err.message} [rule: {err.validator}={err.validator_value!r}]")
+    return messages
+
+
+def cross_field_errors(config: dict) -> list[str]:
+    """Relations between keys that the JSON schema cannot state."""
+    errors = []
+    sim = config.get("theory", {}).get("simulation", {})
+    if isinstance(sim.get("vocab_size"), int) and isinstance(sim.get("num_correct"), int):
+        needed = sim["num_correct"] + (0 if sim.get("anchor_in_correct", False) else 1)
+        if sim["vocab_size"] < needed:
+            errors.append(
+                f"theory.simulation.vocab_size: {sim['vocab_size']} is smaller than |P| = "
+                f"theory.simulation.num_correct = {sim['num_correct']}"
+                + ("" if sim.get("anchor_in_correct", False) else " plus the anchor token (not in P)")
+                + f" [rule: vocab_size >= {needed}]")
+    rc, rw = sim.get("reward_correct"), sim.get("reward_incorrect")
+    if isinstance(rc, (int, float)) and isinstance(rw, (int, float)) and not rc > rw:
+        errors.append(f"theory.simulation.reward_correct: {rc} must be larger than "
+                      f"theory.simulation.reward_incorrect = {rw} [rule: reward_correct > reward_incorrect]")
+    sweep = config.get("theory", {}).get("extended_sweep", {})
+    lo, hi = sweep.get("n_min"), sweep.get("n_max")
+    if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+        errors.append(f"theory.extended_sweep.n_min: {lo} is larger than theory.extended_sweep.n_max = {hi}"
+                      f" [rule: n_min <= n_max]")
+    steps = sim.get("steps")
+    for i, s in enumerate(config.get("theory", {}).get("summary_steps", []) or []):
+        if isinstance(steps, int) and isinstance(s, int) and s > steps:
+            errors.append(f"theory.summary_steps[{i}]: {s} is beyond theory.simulation.steps = {steps}"
+                          f" [rule: summary step <= steps]")
+    return errors
+
+
+def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH) -> dict:
+    """Raise :class:`ConfigError` naming every bad key; return the config unchanged when valid."""
+    schema = schema if isinstance(schema, dict) else load_schema(schema)
+    if not isinstance(config, dict):
+        raise ConfigError(f"the config must be a mapping, got {type(config).__name__}")
+    errors = schema_errors(config, schema)
+    if not errors:
+        errors = cross_field_errors(config)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return config
+
+
+def load_config(path: str | Path, schema: str | Path | dict = SCHEMA_PATH) -> dict[str, Any]:
+    with open(path) as fh:
+        config = yaml.safe_load(fh) or {}
+    return validate_config(config, schema)

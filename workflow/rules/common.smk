@@ -1,0 +1,19 @@
+# Shared helpers: config validation (before any job), MLflow settings, JSON params for the CLI.
+import json
+from pathlib import Path
+
+from brorl.config import validate_config
+
+validate_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+
+PROFILE = config["profile"]
+TRACKING = json.dumps(config["tracking"], sort_keys=True)
+
+
+def as_json(section):
+    """A config section as the JSON text a `brorl` command takes with --config."""
+    return json.dumps(section, sort_keys=True)
+
+
+onstart:
+    shell("brorl init-tracking --tracking {TRACKING:q}")

@@ -1,0 +1,97 @@
+# BroRL Section 2 / 4.1: the token-level simulation behind Figure 3, and an extended sweep of N.
+
+THEORY_OUTPUTS = [
+    "results/theory/simulation.csv",
+    "results/theory/figure3.png",
+    "results/theory/summary.md",
+    "results/theory/summary.csv",
+    "results/theory/extended_sweep.csv",
+    "results/theory/extended_sweep.md",
+    "results/theory/extended_sweep.png",
+]
+
+
+rule theory_simulation:
+    output:
+        csv="results/theory/simulation.csv",
+    params:
+        cfg=as_json(config["theory"]["simulation"]),
+        tracking=TRACKING,
+        profile=PROFILE,
+    log:
+        "logs/theory/simulation.log",
+    benchmark:
+        "logs/benchmarks/theory_simulation.tsv"
+    conda:
+        "../envs/brorl.yaml"
+    shell:
+        "brorl theory-simulate --rule {rule} --profile {params.profile} --config {params.cfg:q}"
+        " --tracking {params.tracking:q} --csv {output.csv} 2>&1 | tee {log}"
+
+
+rule theory_figure3:
+    input:
+        csv="results/theory/simulation.csv",
+    output:
+        figure=report(
+            "results/theory/figure3.png",
+            category="Theory",
+            caption="../report/figure3.rst",
+        ),
+        summary_md="results/theory/summary.md",
+        summary_csv=report(
+            "results/theory/summary.csv",
+            category="Theory",
+            caption="../report/summary.rst",
+        ),
+    params:
+        cfg=as_json(
+            {
+                "simulation": config["theory"]["simulation"],
+                "summary_steps": config["theory"]["summary_steps"],
+            }
+        ),
+        tracking=TRACKING,
+        profile=PROFILE,
+    log:
+        "logs/theory/figure3.log",
+    conda:
+        "../envs/brorl.yaml"
+    shell:
+        "brorl theory-figure3 --rule {rule} --profile {params.profile} --config {params.cfg:q}"
+        " --tracking {params.tracking:q} --csv {input.csv} --figure {output.figure}"
+        " --summary-md {output.summary_md} --summary-csv {output.summary_csv} 2>&1 | tee {log}"
+
+
+rule theory_extended_sweep:
+    output:
+        csv=report(
+            "results/theory/extended_sweep.csv",
+            category="Theory",
+            caption="../report/extended_sweep_table.rst",
+        ),
+        md="results/theory/extended_sweep.md",
+        png=report(
+            "results/theory/extended_sweep.png",
+            category="Theory",
+            caption="../report/extended_sweep.rst",
+        ),
+    params:
+        cfg=as_json(
+            {
+                "simulation": config["theory"]["simulation"],
+                "extended_sweep": config["theory"]["extended_sweep"],
+            }
+        ),
+        tracking=TRACKING,
+        profile=PROFILE,
+    log:
+        "logs/theory/extended_sweep.log",
+    benchmark:
+        "logs/benchmarks/theory_extended_sweep.tsv"
+    conda:
+        "../envs/brorl.yaml"
+    shell:
+        "brorl theory-sweep --rule {rule} --profile {params.profile} --config {params.cfg:q}"
+        " --tracking {params.tracking:q} --csv {output.csv} --md {output.md} --png {output.png}"
+        " 2>&1 | tee {log}"

@@ -1,0 +1,23 @@
+# DVC: every output folder of the pipeline becomes <folder>.dvc (committed to git) and is pushed to the
+# default remote, so `dvc pull` on a fresh clone brings it back (README, "Artifacts").
+
+DVC_TRACKED = {
+    "results/theory": THEORY_OUTPUTS,
+}
+DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
+
+
+rule dvc_track:
+    input:
+        [path for outputs in DVC_TRACKED.values() for path in outputs],
+    output:
+        DVC_FILES,
+    params:
+        folders=list(DVC_TRACKED),
+        push="--push" if config["dvc"]["push"] else "",
+    log:
+        "logs/dvc_track.log",
+    conda:
+        "../envs/brorl.yaml"
+    shell:
+        "brorl dvc-track {params.folders} {params.push} 2>&1 | tee {log}"
