@@ -16,6 +16,7 @@ rule theory_simulation:
         csv="results/theory/simulation.csv",
     params:
         cfg=as_json(config["theory"]["simulation"]),
+        rule_name="theory_simulation",
         tracking=TRACKING,
         profile=PROFILE,
     log:
@@ -25,7 +26,7 @@ rule theory_simulation:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl theory-simulate --rule {rule} --profile {params.profile} --config {params.cfg:q}"
+        "brorl theory-simulate --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
         " --tracking {params.tracking:q} --csv {output.csv} 2>&1 | tee {log}"
 
 
@@ -51,6 +52,7 @@ rule theory_figure3:
                 "summary_steps": config["theory"]["summary_steps"],
             }
         ),
+        rule_name="theory_figure3",
         tracking=TRACKING,
         profile=PROFILE,
     log:
@@ -58,7 +60,7 @@ rule theory_figure3:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl theory-figure3 --rule {rule} --profile {params.profile} --config {params.cfg:q}"
+        "brorl theory-figure3 --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
         " --tracking {params.tracking:q} --csv {input.csv} --figure {output.figure}"
         " --summary-md {output.summary_md} --summary-csv {output.summary_csv} 2>&1 | tee {log}"
 
@@ -83,6 +85,7 @@ rule theory_extended_sweep:
                 "extended_sweep": config["theory"]["extended_sweep"],
             }
         ),
+        rule_name="theory_extended_sweep",
         tracking=TRACKING,
         profile=PROFILE,
     log:
@@ -92,6 +95,6 @@ rule theory_extended_sweep:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl theory-sweep --rule {rule} --profile {params.profile} --config {params.cfg:q}"
+        "brorl theory-sweep --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
         " --tracking {params.tracking:q} --csv {output.csv} --md {output.md} --png {output.png}"
         " 2>&1 | tee {log}"

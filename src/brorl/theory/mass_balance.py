@@ -106,14 +106,13 @@ def mass_balance(p, correct, counts, r_c: float = 1.0, r_w: float = -1.0, eta: f
     t_b = scale * (s_r - r_w) * q_pos * b2
     t_u = scale * s_r * (q_pos * u_neg2 - q_neg * u_pos2)
 
-    # Exact: apply the logit step to z = log p and re-normalise (a stable softmax).
+    # Exact: p'_i = p_i e^{dz_i} / sum_j p_j e^{dz_j}. Written with expm1 so that the change, not the new
+    # value, is computed: dQ = sum_P p_i (expm1(dz_i) - M) / (1 + M), M = sum_j p_j expm1(dz_j). This keeps
+    # full relative precision even when eta is tiny (no cancellation of two sums near Q_pos).
     dz = logit_update(p, correct, counts, r_c, r_w, eta, n)
-    with np.errstate(divide="ignore"):
-        z = np.log(p) + dz
-    z = z - z[np.isfinite(z)].max()
-    new_p = np.exp(z)
-    new_p /= new_p.sum()
-    exact = float(new_p[correct].sum()) - q_pos
+    growth = np.expm1(dz)
+    m = float(np.dot(p, growth))
+    exact = float(np.sum((p * (growth - m))[correct]) / (1.0 + m))
 
     return MassBalance(t_a, t_b, t_u, t_a + t_b + t_u, exact, q_pos, s_r, a2, b2, u_pos2, u_neg2)
 

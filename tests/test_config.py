@@ -1,0 +1,105 @@
+"""Config validation: shipped profiles are valid; bad input names the key and the rule, before any job."""
+
+import copy
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from brorl.config import PROJECT_ROOT, ConfigError, load_config, validate_config
+
+PROFILES = ["config/config.yaml", "config/paper.yaml", "tests/configs/ci.yaml"]
+
+
+def tiny():
+    return yaml.safe_load((PROJECT_ROOT / "config/config.yaml").read_text())
+
+
+@pytest.mark.parametrize("path", PROFILES)
+def test_shipped_profiles_are_valid(path):
+    cfg = load_config(PROJECT_ROOT / path)
+    assert cfg["theory"]["simulation"]["vocab_size"] >= cfg["theory"]["simulation"]["num_correct"]
+
+
+def test_paper_profile_carries_the_paper_simulation_settings():
+    sim = load_config(PROJECT_ROOT / "config/paper.yaml")["theory"]["simulation"]
+    assert sim["vocab_size"] == 128_000 and sim["num_correct"] == 10_000
+    assert sim["n_rollouts"] == [4, 8, 16, 512, 51_200]
+    assert sim["lr"] == 1e-3 and sim["steps"] == 1000 and len(sim["seeds"]) >= 3
+    assert (sim["correct_logit"], sim["anchor_logit"]) == (3.0, 5.0)
+
+
+def mutate(edit):
+    cfg = copy.deepcopy(tiny())
+    edit(cfg)
+    return cfg
+
+
+CASES = [
+    ("unknown key", lambda c: c["theory"]["simulation"].update(vocab=5),
+     ["theory.simulation.vocab", "unknown key", "additionalProperties"]),
+    ("unknown top-level key", lambda c: c.update(trian={}), ["trian", "unknown key"]),
+    ("N <= 0", lambda c: c["theory"]["simulation"].update(n_rollouts=[4, 0]),
+     ["theory.simulation.n_rollouts[1]", "minimum"]),
+    ("negative N", lambda c: c["theory"]["simulation"].update(n_rollouts=[-3]),
+     ["theory.simulation.n_rollouts[0]", "minimum"]),
+    ("vocabulary smaller than |P|", lambda c: c["theory"]["simulation"].update(vocab_size=5000),
+     ["theory.simulation.vocab_size", "theory.simulation.num_correct", "vocab_size >= 10001"]),
+    ("wrong type", lambda c: c["theory"]["simulation"].update(lr="1e-3"),
+     ["theory.simulation.lr", "is not of type 'number'", "type"]),
+    ("wrong type int", lambda c: c["theory"]["simulation"].update(steps=10.5),
+     ["theory.simulation.steps", "type"]),
+    ("missing key", lambda c: c["theory"]["simulation"].pop("num_correct"),
+     ["theory.simulation.num_correct", "required"]),
+    ("bad profile", lambda c: c.update(profile="huge"), ["profile", "enum"]),
+    ("summary step past the end", lambda c: c["theory"].update(summary_steps=[100, 5000]),
+     ["theory.summary_steps[1]", "theory.simulation.steps"]),
+    ("sweep bounds", lambda c: c["theory"]["extended_sweep"].update(n_min=64, n_max=8),
+     ["theory.extended_sweep.n_min", "n_min <= n_max"]),
+]
+
+
+@pytest.mark.parametrize("name,edit,expected", CASES, ids=[c[0] for c in CASES])
+def test_invalid_config_names_key_and_rule(name, edit, expected):
+    with pytest.raises(ConfigError) as err:
+        validate_config(mutate(edit))
+    for fragment in expected:
+        assert fragment in str(err.value)
+
+
+def test_every_error_is_reported_at_once():
+    def edit(c):
+        c["theory"]["simulation"]["n_rollouts"] = [0]
+        c["theory"]["simulation"]["lr"] = "fast"
+    with pytest.raises(ConfigError) as err:
+        validate_config(mutate(edit))
+    assert "n_rollouts[0]" in str(err.value) and "theory.simulation.lr" in str(err.value)
+
+
+def test_snakemake_rejects_a_bad_config_before_any_job(tmp_path):
+    bad = mutate(lambda c: c["theory"]["simulation"].update(vocab_size=100))
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["snakemake", "--cores", "1", "--configfile", str(path), "--directory", str(out),
+         "--snakefile", str(PROJECT_ROOT / "Snakefile")],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "theory.simulation.vocab_size" in text and "vocab_size >= 10001" in text
+    assert not (out / "results").exists()
+    assert "Select jobs to execute" not in text
+
+
+def test_cli_validate_config(tmp_path):
+    bad = mutate(lambda c: c["theory"]["simulation"].update(n_rollouts=[0]))
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    proc = subprocess.run(["brorl", "validate-config", str(PROJECT_ROOT / "config/config.yaml"), str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "config.yaml: valid" in proc.stdout
+    assert "n_rollouts[0]" in proc.stderr
+    assert Path(path).exists()
