@@ -1,0 +1,172 @@
+"""End to end: the real Snakemake DAG (CI profile), its MLflow runs, the report, and DVC on a fresh clone.
+
+The project tree is copied into a temporary git repository, so the test never writes into the checkout
+and uses its own DVC remote and MLflow store.
+"""
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from brorl.config import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
+
+CI_CONFIG = "tests/configs/ci.yaml"
+GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
+
+
+def sh(cmd, cwd, timeout=600, check=True):
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def copy_project(dest: Path) -> None:
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=PROJECT_ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = PROJECT_ROOT / rel
+        if rel.startswith(("results/", "resources/")) or not src.is_file():
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(src.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pipeline")
+    work, remote = root / "work", root / "remote"
+    copy_project(work)
+    sh(["git", "init", "-q"], work)
+    sh(GIT + ["add", "-A"], work)
+    sh(GIT + ["commit", "-qm", "test copy"], work)
+    sh(["dvc", "remote", "modify", "--local", "local", "url", str(remote)], work)
+    run = sh(["snakemake", "--cores", "2", "--configfile", CI_CONFIG], work)
+    return {"root": root, "work": work, "remote": remote, "log": run.stdout + run.stderr}
+
+
+def test_outputs_and_csv_contract(project):
+    theory = project["work"] / "results/theory"
+    for name in ("simulation.csv", "figure3.png", "summary.md", "summary.csv",
+                 "extended_sweep.csv", "extended_sweep.md", "extended_sweep.png"):
+        assert (theory / name).stat().st_size > 0, name
+    frame = pd.read_csv(theory / "simulation.csv")
+    assert list(frame.columns) == ["n_rollouts", "seed", "step", "q_pos", "frac_correct_improved",
+                                   "worst_correct_delta"]
+    assert sorted(frame["n_rollouts"].unique()) == [4, 64, 4096]
+    assert len(frame) == 3 * 2 * 61
+    assert frame["frac_correct_improved"].between(0, 1).all()
+    summary = (theory / "summary.md").read_text()
+    for n in ("| 4 |", "| 64 |", "| 4,096 |"):
+        assert n in summary
+    assert "smallest N" in (theory / "extended_sweep.md").read_text()
+
+
+def test_mlflow_has_one_tagged_run_per_rule(project):
+    import mlflow
+
+    work = project["work"]
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("brorl-ci")
+    runs = client.search_runs([exp.experiment_id])
+    by_rule = {r.data.tags["rule"]: r for r in runs}
+    assert set(by_rule) == {"theory_simulation", "theory_figure3", "theory_extended_sweep"}
+    head = sh(["git", "rev-parse", "HEAD"], work).stdout.strip()
+    for run in runs:
+        tags = run.data.tags
+        assert tags["profile"] == "ci"
+        assert tags["git_commit"].startswith(head)
+        assert len(tags["config_hash"]) == 16
+        assert json.loads(tags["wildcards"]) == {}
+        assert run.info.status == "FINISHED"
+    sim = by_rule["theory_simulation"]
+    history = client.get_metric_history(sim.info.run_id, "q_pos/n4096")
+    assert [m.step for m in history] == list(range(61))
+    assert sim.data.params["vocab_size"] == "4000"
+    fig = by_rule["theory_figure3"]
+    artifacts = {a.path for a in client.list_artifacts(fig.info.run_id)}
+    assert {"figure3.png", "summary.md", "summary.csv", "config.json"} <= artifacts
+    frame = pd.read_csv(work / "results/theory/summary.csv").set_index("n_rollouts")
+    assert fig.data.metrics["q_pos_at_60/n64"] == pytest.approx(frame.loc[64, "q_pos@60"])
+
+
+def test_rerun_has_nothing_to_do_and_lint_is_clean(project):
+    dry = sh(["snakemake", "-n", "--configfile", CI_CONFIG], project["work"])
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+    lint = sh(["snakemake", "--lint", "--configfile", CI_CONFIG], project["work"], check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert "Lints for" not in lint.stdout + lint.stderr
+
+
+def test_report_has_theory_category(project):
+    sh(["snakemake", "--report", "report.html", "--configfile", CI_CONFIG], project["work"])
+    html = (project["work"] / "report.html").read_text(errors="replace")
+    assert "Theory" in html
+    assert "figure3.png" in html and "BroRL Figure 3" in html
+
+
+def _digest(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
+    work, root = project["work"], project["root"]
+    assert (work / "results/theory.dvc").exists()
+    assert any(project["remote"].rglob("*")), "nothing was pushed to the DVC remote"
+    sh(GIT + ["add", "results/theory.dvc", "results/.gitignore"], work)
+    sh(GIT + ["commit", "-qm", "track outputs"], work)
+    clone = root / "clone"
+    sh(["git", "clone", "-q", str(work), str(clone)], root)
+    assert not (clone / "results/theory/simulation.csv").exists()
+    sh(["dvc", "remote", "modify", "--local", "local", "url", str(project["remote"])], clone)
+    sh(["brorl", "pull", "--configfile", CI_CONFIG], clone)
+    assert _digest(clone / "results/theory") == _digest(work / "results/theory")
+    dry = sh(["snakemake", "-n", "--configfile", CI_CONFIG], clone)
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_mlflow_ui_serves_the_runs(project):
+    port = _free_port()
+    work = project["work"]
+    proc = subprocess.Popen(["mlflow", "ui", "--backend-store-uri", "sqlite:///mlflow.db", "--host",
+                             "127.0.0.1", "--port", str(port)], cwd=work,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/get-by-name?experiment_name=brorl-ci"
+        deadline = time.time() + 90
+        body = None
+        while time.time() < deadline:
+            try:
+                body = json.loads(urllib.request.urlopen(url, timeout=5).read())
+                break
+            except OSError:
+                time.sleep(1)
+        assert body is not None, "mlflow ui did not answer within 90 s"
+        exp_id = body["experiment"]["experiment_id"]
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+                                     data=json.dumps({"experiment_ids": [exp_id]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        runs = json.loads(urllib.request.urlopen(req, timeout=10).read())["runs"]
+        assert len(runs) == 3
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
