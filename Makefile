@@ -9,7 +9,6 @@ export PATH := $(BIN):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
-export HF_HUB_OFFLINE := 1
 
 .PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench clean
 

@@ -16,11 +16,14 @@ report: "workflow/report/workflow.rst"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/theory.smk"
+include: "workflow/rules/fetch.smk"
 include: "workflow/rules/tracking.smk"
 
 
 rule all:
     input:
         THEORY_OUTPUTS,
+        FETCH_MANIFESTS,
+        DATA_OUTPUTS,
         DVC_FILES,
     default_target: True

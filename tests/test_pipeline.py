@@ -15,12 +15,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from brorl.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 
-CI_CONFIG = "tests/configs/ci.yaml"
+CI_CONFIG = "tests/configs/ci_run.yaml"  # written by the fixture: ci.yaml + a stand-in hub
+REPO_ID = "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
 
 
@@ -50,12 +53,23 @@ def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("pipeline")
     work, remote = root / "work", root / "remote"
     copy_project(work)
+    # A local folder stands in for the Hugging Face Hub snapshot of the paper's starting checkpoint.
+    from brorl.fetch import write_local_snapshot
+
+    hub = root / "hub"
+    files = {"config.json": b'{"model_type": "qwen2"}', "model.safetensors": bytes(range(256)) * 64,
+             "tokenizer/tokenizer.json": b"{}"}
+    write_local_snapshot(hub, REPO_ID, "main", COMMIT, files)
+    cfg = yaml.safe_load((work / "tests/configs/ci.yaml").read_text())
+    cfg["checkpoints"] = {"source": str(hub), "fetch": {"prorl": {"repo_id": REPO_ID, "revision": "main"}}}
+    (work / CI_CONFIG).write_text(yaml.safe_dump(cfg))
     sh(["git", "init", "-q"], work)
     sh(GIT + ["add", "-A"], work)
     sh(GIT + ["commit", "-qm", "test copy"], work)
     sh(["dvc", "remote", "modify", "--local", "local", "url", str(remote)], work)
     run = sh(["snakemake", "--cores", "2", "--configfile", CI_CONFIG], work)
-    return {"root": root, "work": work, "remote": remote, "log": run.stdout + run.stderr}
+    return {"root": root, "work": work, "remote": remote, "hub": hub, "files": files,
+            "log": run.stdout + run.stderr}
 
 
 def test_outputs_and_csv_contract(project):
@@ -83,14 +97,17 @@ def test_mlflow_has_one_tagged_run_per_rule(project):
     exp = client.get_experiment_by_name("brorl-ci")
     runs = client.search_runs([exp.experiment_id])
     by_rule = {r.data.tags["rule"]: r for r in runs}
-    assert set(by_rule) == {"theory_simulation", "theory_figure3", "theory_extended_sweep"}
+    assert set(by_rule) == {"theory_simulation", "theory_figure3", "theory_extended_sweep",
+                            "fetch_checkpoint", "paper_data_blend"}
+    fetch = by_rule["fetch_checkpoint"]
+    assert fetch.data.tags["commit"] == COMMIT and json.loads(fetch.data.tags["wildcards"]) == {"name": "prorl"}
+    assert fetch.data.params["resolved.commit"] == COMMIT and fetch.data.metrics["n_files"] == 3
     head = sh(["git", "rev-parse", "HEAD"], work).stdout.strip()
     for run in runs:
         tags = run.data.tags
         assert tags["profile"] == "ci"
         assert tags["git_commit"].startswith(head)
         assert len(tags["config_hash"]) == 16
-        assert json.loads(tags["wildcards"]) == {}
         assert run.info.status == "FINISHED"
     sim = by_rule["theory_simulation"]
     history = client.get_metric_history(sim.info.run_id, "q_pos/n4096")
@@ -119,21 +136,58 @@ def test_report_has_theory_category(project):
 
 
 def _digest(folder: Path) -> dict:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_fetched_checkpoint_has_manifest_and_is_verified_on_rerun(project):
+    work = project["work"]
+    model = work / "resources/models/prorl"
+    manifest = json.loads((work / "resources/models/prorl.manifest.json").read_text())
+    assert manifest["commit"] == COMMIT and manifest["repo_id"] == REPO_ID
+    assert {f["path"]: f["sha256"] for f in manifest["files"]} == {
+        rel: hashlib.sha256(data).hexdigest() for rel, data in project["files"].items()}
+    assert sorted(_digest(model)) == sorted(project["files"])
+    cfg = json.dumps({"repo_id": REPO_ID, "revision": "main", "source": str(project["hub"])})
+    cmd = ["brorl", "fetch-model", "--rule", "fetch_checkpoint", "--profile", "ci", "--config", cfg,
+           "--tracking", json.dumps({"experiment": "brorl-ci-refetch"}), "--dest", str(model),
+           "--manifest", str(work / "resources/models/prorl.manifest.json")]
+    assert "verified" in sh(cmd, work).stdout
+    # A damaged file stops the fetch, names the file, and the folder is left as it is (never repaired).
+    target = model / "model.safetensors"
+    good = target.read_bytes()
+    target.write_bytes(good[:100])
+    try:
+        proc = sh(cmd, work, check=False)
+        assert proc.returncode != 0
+        assert "model.safetensors" in proc.stdout + proc.stderr and "sha256" in proc.stdout + proc.stderr
+        assert target.read_bytes() == good[:100]
+    finally:
+        target.write_bytes(good)
+
+
+def test_data_blend_manifest(project):
+    frame = pd.read_csv(project["work"] / "results/data/paper_data_blend.csv")
+    train = frame[frame.role == "train"]
+    assert train["size_paper"].sum() == 136_000  # ProRL v1's blend [paper]
+    assert "DeepScaleR" in " ".join(train["repo_id"].dropna())
 
 
 def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     work, root = project["work"], project["root"]
     assert (work / "results/theory.dvc").exists()
     assert any(project["remote"].rglob("*")), "nothing was pushed to the DVC remote"
-    sh(GIT + ["add", "results/theory.dvc", "results/.gitignore"], work)
+    dvc_files = [str(p.relative_to(work)) for p in work.rglob("*.dvc") if p.is_file()]
+    assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl.dvc"} <= set(dvc_files)
+    sh(GIT + ["add", *dvc_files, "results/.gitignore", "resources/models/.gitignore"], work)
     sh(GIT + ["commit", "-qm", "track outputs"], work)
     clone = root / "clone"
     sh(["git", "clone", "-q", str(work), str(clone)], root)
     assert not (clone / "results/theory/simulation.csv").exists()
     sh(["dvc", "remote", "modify", "--local", "local", "url", str(project["remote"])], clone)
     sh(["brorl", "pull", "--configfile", CI_CONFIG], clone)
-    assert _digest(clone / "results/theory") == _digest(work / "results/theory")
+    for folder in ("results/theory", "results/data", "resources/models/prorl"):
+        assert _digest(clone / folder) == _digest(work / folder), folder
     dry = sh(["snakemake", "-n", "--configfile", CI_CONFIG], clone)
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
@@ -166,7 +220,7 @@ def test_mlflow_ui_serves_the_runs(project):
                                      data=json.dumps({"experiment_ids": [exp_id]}).encode(),
                                      headers={"Content-Type": "application/json"})
         runs = json.loads(urllib.request.urlopen(req, timeout=10).read())["runs"]
-        assert len(runs) == 3
+        assert len(runs) == 5
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)

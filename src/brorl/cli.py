@@ -26,14 +26,16 @@ def _rule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking", default="{}", help="JSON of the tracking config (MLflow store)")
     p.add_argument("--profile", required=True)
     p.add_argument("--rule", required=True, help="Snakemake rule name (MLflow tag)")
-    p.add_argument("--wildcards", default="{}", help="JSON of the rule's wildcards (MLflow tag)")
+    p.add_argument("--wildcard", action="append", default=[], metavar="KEY=VALUE",
+                   help="one of the rule's wildcards (MLflow tags); repeat for several")
 
 
 def _run(args, params: dict | None = None):
     from brorl.tracking import rule_run
 
     return rule_run(args.rule, profile=args.profile, config=json.loads(args.config),
-                    wildcards=json.loads(args.wildcards), tracking=json.loads(args.tracking), params=params)
+                    wildcards=dict(w.split("=", 1) for w in args.wildcard),
+                    tracking=json.loads(args.tracking), params=params)
 
 
 def cmd_validate_config(args) -> int:
@@ -122,6 +124,57 @@ def cmd_theory_sweep(args) -> int:
     return 0
 
 
+def cmd_fetch_model(args) -> int:
+    """Fetch (or verify) a pinned hub snapshot; the config gives repo_id, revision and source."""
+    import mlflow
+
+    from brorl.fetch import fetch_model
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        info = fetch_model(cfg["repo_id"], cfg["revision"], args.dest, source=cfg.get("source"),
+                           manifest=args.manifest)
+        mlflow.log_params({f"resolved.{k}": v for k, v in info["params"].items()})
+        mlflow.log_metrics(info["metrics"])
+        mlflow.set_tags({"commit": info["commit"], "fetch_status": info["status"]})
+        mlflow.log_artifact(args.manifest)
+    print(f"[fetch] {cfg['repo_id']}@{cfg['revision']} -> {args.dest}: {info['status']} "
+          f"(commit {info['commit']}, {info['n_files']} files, {info['total_bytes']:,} bytes)")
+    return 0
+
+
+def cmd_data_blend(args) -> int:
+    """Write the paper's training/evaluation data manifest as a table (no download)."""
+    import mlflow
+    import pandas as pd
+
+    from brorl.fetch import load_data_blend
+
+    with _run(args):
+        blend = load_data_blend()
+        cols = ["name", "role", "domain", "source_kind", "repo_id", "revision", "size_paper",
+                "id_confidence", "brorl_unstated", "note"]
+        frame = pd.DataFrame([{c: e.get(c) for c in cols} for e in blend["entries"]])
+        frame["revision"] = frame["revision"].fillna("(not pinned: main at fetch time)")
+        frame["brorl_unstated"] = frame["brorl_unstated"].map(
+            lambda v: "; ".join(v) if isinstance(v, list) else (v or ""))
+        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(args.csv, index=False)
+        lines = ["# The paper's data blend (manifest)", "", blend["caveat"], "",
+                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for _, row in frame.iterrows():
+            lines.append("| " + " | ".join("" if pd.isna(row[c]) else str(row[c]).replace("|", "/")
+                                           for c in cols) + " |")
+        Path(args.md).write_text("\n".join(lines) + "\n")
+        train = frame[frame["role"] == "train"]
+        mlflow.log_metrics({"train_entries": len(train), "train_size_paper": float(train["size_paper"].sum()),
+                            "eval_entries": int((frame["role"] == "eval").sum())})
+        mlflow.log_artifact(args.csv)
+        mlflow.log_artifact(args.md)
+    print(f"[data-blend] wrote {args.csv} ({len(frame)} entries)")
+    return 0
+
+
 def cmd_init_tracking(args) -> int:
     from brorl.tracking import init_store
 
@@ -181,6 +234,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--md", required=True)
     p.add_argument("--png", required=True)
     p.set_defaults(func=cmd_theory_sweep)
+
+    p = sub.add_parser("fetch-model", help="fetch or verify a pinned checkpoint (hub or local stand-in)")
+    _rule_args(p)
+    p.add_argument("--dest", required=True)
+    p.add_argument("--manifest", required=True)
+    p.set_defaults(func=cmd_fetch_model)
+
+    p = sub.add_parser("data-blend", help="the paper's data-blend manifest as a table")
+    _rule_args(p)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--md", required=True)
+    p.set_defaults(func=cmd_data_blend)
 
     p = sub.add_parser("init-tracking", help="create the MLflow store and experiment")
     p.add_argument("--tracking", default="{}")

@@ -3,6 +3,9 @@
 
 DVC_TRACKED = {
     "results/theory": THEORY_OUTPUTS,
+    "results/data": DATA_OUTPUTS,
+    **{folder: [f"{folder}.manifest.json"] for folder in FETCHED},
+    **{manifest: [manifest] for manifest in FETCH_MANIFESTS},
 }
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
 

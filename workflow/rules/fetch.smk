@@ -1,0 +1,53 @@
+# Starting checkpoints that come from the hub (paper profile): pinned revisions, verified manifests.
+# The tiny profile fetches nothing: its models are trained by the pipeline (workflow/rules/models.smk).
+import re
+
+FETCH = config["checkpoints"]["fetch"]
+FETCHED = [f"resources/models/{name}" for name in FETCH]
+FETCH_MANIFESTS = [f"resources/models/{name}.manifest.json" for name in FETCH]
+DATA_OUTPUTS = ["results/data/paper_data_blend.csv", "results/data/paper_data_blend.md"]
+
+if FETCH:
+
+    rule fetch_checkpoint:
+        # The manifest is the output Snakemake sees; the model folder beside it is written by the fetch
+        # code (a directory() output would get a .snakemake_timestamp file inside the HF folder).
+        output:
+            manifest="resources/models/{name}.manifest.json",
+        wildcard_constraints:
+            name="|".join(re.escape(name) for name in FETCH),
+        params:
+            rule_name="fetch_checkpoint",
+            cfg=lambda wc: as_json({**FETCH[wc.name], "source": config["checkpoints"]["source"]}),
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/fetch/{name}.log",
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "brorl fetch-model --rule {params.rule_name} --wildcard name={wildcards.name}"
+            " --profile {params.profile} --config {params.cfg:q} --tracking {params.tracking:q}"
+            " --dest resources/models/{wildcards.name} --manifest {output.manifest} 2>&1 | tee {log}"
+
+
+rule paper_data_blend:
+    output:
+        csv=report(
+            "results/data/paper_data_blend.csv",
+            category="Data",
+            caption="../report/paper_data_blend.rst",
+        ),
+        md="results/data/paper_data_blend.md",
+    params:
+        rule_name="paper_data_blend",
+        cfg=as_json({}),
+        tracking=TRACKING,
+        profile=PROFILE,
+    log:
+        "logs/data/paper_data_blend.log",
+    conda:
+        "../envs/brorl.yaml"
+    shell:
+        "brorl data-blend --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+        " --tracking {params.tracking:q} --csv {output.csv} --md {output.md} 2>&1 | tee {log}"
