@@ -1,0 +1,866 @@
+"""Fetch pinned Hugging Face snapshots (the paper's checkpoints and data) with a verified manifest.
+
+BroRL continues RL from the public ProRLv2 checkpoint ``nvidia/Nemotron-Research-Reasoning-Qwen-1.5B``
+at revision ``main`` and releases its own model on revision ``brorl`` of the same repository
+(paper.md §3.1, §6). :data:`PAPER_MODELS` names both; :func:`fetch_model` / :func:`fetch_dataset`
+put a snapshot into a plain folder (a clean Hugging Face folder that ``from_pretrained`` loads) and
+record what was fetched in a JSON manifest *next to* that folder.
+
+One code path, two "hub clients"
+--------------------------------
+Everything that happens after listing and downloading -- the temporary folder, hashing, checking
+against what the hub reports, the atomic move into place and the manifest -- is shared. Only two
+operations differ, and they form the tiny :class:`HubClient` interface:
+
+``resolve(repo_id, revision, repo_type) -> RemoteSnapshot``
+    the resolved 40-hex commit and the file list, with the size and checksum the source reports
+    for each file;
+``download(snapshot, local_dir, allow_patterns=..., ignore_patterns=...)``
+    put the files of that commit into ``local_dir``.
+
+:class:`HfHubClient` is the real Hugging Face Hub (``HfApi().repo_info(files_metadata=True)`` and
+``snapshot_download(local_dir=...)``); :class:`LocalFolderClient` is a local folder that stands in for
+the hub on machines without network access (and in the tests).
+
+Stand-in layout (``source=<folder>``)
+-------------------------------------
+The layout mirrors the hub's URLs::
+
+    <source>/<org>/<name>/<revision>/            a model repository at one revision
+    <source>/datasets/<org>/<name>/<revision>/   a dataset repository at one revision
+        .commit      required: the 40-hex commit id the revision resolves to
+        .sha256      optional: the checksums the hub reports, in ``sha256sum`` format
+                     (``<64-hex>  <relative/path>`` per line); stands in for the hub's LFS metadata
+        <files>      the repository files, any depth (for example config.json, model.safetensors)
+
+``.commit`` and ``.sha256`` at the top of the revision folder are metadata, never repository files.
+A revision may also be requested by its commit id: the client then looks for the revision folder
+whose ``.commit`` holds it. Build one from a real snapshot with ``sha256sum`` (or
+:func:`write_local_snapshot`).
+
+Offline by default
+------------------
+``source=None`` is the only way to reach the network, and it is refused with
+:class:`OfflineError` when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is set. A re-run whose
+folder is already in place only reads the manifest and hashes local files; it needs no client.
+
+Manifest
+--------
+``<dest>.manifest.json`` by default, e.g. ``resources/models/prorl.manifest.json`` for
+``resources/models/prorl/``::
+
+    {"format": "brorl.fetch.manifest/1", "repo_id": ..., "repo_type": "model", "revision": "main",
+     "commit": "<40 hex>", "allow_patterns": null, "ignore_patterns": null,
+     "source": "hub" | "local", "source_path": null | "<folder>", "fetched_at": "<UTC ISO-8601>",
+     "huggingface_hub": "<version or null>", "n_files": 12, "total_bytes": 3554214752,
+     "files": [{"path": "config.json", "size": 718, "sha256": "<64 hex>",
+                "checked_against": "git-sha1" | "sha256" | "size" | "none"}, ...]}
+
+``checked_against`` says what the source reported for the file at download time: the LFS sha256,
+the git blob id (non-LFS files on the hub), only a size, or nothing.
+
+The manifest is also a lock file. While it exists (for the same repo, revision and patterns):
+
+* dest present -> every file is hashed and compared with it; status ``"verified"``, nothing copied.
+  A changed, truncated, missing or extra file raises :class:`ChecksumError` / :class:`VerificationError`
+  naming the file. The folder is never repaired silently: delete it and re-run.
+* dest missing -> the *recorded* commit is downloaded again (not whatever ``main`` points to now)
+  and must reproduce the recorded hashes; status ``"restored"``.
+* ``refresh=True`` re-resolves the revision; a new commit replaces the folder (``"replaced"``).
+
+A request for another revision or other patterns replaces folder and manifest (``"replaced"``).
+Downloads go to a temporary folder next to dest, are checked, and only then replace dest with two
+renames on the same file system; the previous copy is kept until the new one is in place, and no
+temporary folder survives an error.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = "brorl.fetch.manifest/1"
+BLEND_FORMAT = "brorl.data_blend/1"
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_CHUNK = 8 * 1024 * 1024
+
+#: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root.
+PAPER_MODELS: dict[str, dict[str, str]] = {
+    # ProRLv2 (3K steps), the checkpoint both BroRL arms continue from [inferred from identical numbers].
+    "prorl": {
+        "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
+        "revision": "main",
+        "dest": "resources/models/prorl",
+    },
+    # The released BroRL model [paper.md §6: branch/revision `brorl`].
+    "brorl-released": {
+        "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
+        "revision": "brorl",
+        "dest": "resources/models/brorl-released",
+    },
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------------
+
+
+class FetchError(RuntimeError):
+    """A fetch could not be carried out (bad request, bad source layout, unmanaged folder...)."""
+
+
+class OfflineError(FetchError):
+    """The real hub was needed but offline mode is on."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One file that failed a check. ``kind``: sha256, size, git-sha1, missing or unexpected."""
+
+    path: str  # as shown to the user: ``<dest>/<rel>`` or ``<repo_id>@<commit>:<rel>``
+    kind: str
+    actual: str | None = None
+    expected: str | None = None
+    against: str = ""  # what the expectation came from ("manifest ...", "reported by hub", ...)
+
+    def __str__(self) -> str:
+        if self.kind == "missing":
+            return f"{self.path}: missing (expected by {self.against})"
+        if self.kind == "unexpected":
+            return f"{self.path}: unexpected file (not in {self.against})"
+        return f"{self.path}: {self.kind} {self.actual} != expected {self.expected} ({self.against})"
+
+
+class VerificationError(FetchError):
+    """Files are missing or unexpected. ``problems`` lists them; the message names each file."""
+
+    def __init__(self, problems: list[Problem], hint: str = ""):
+        self.problems = list(problems)
+        lines = [str(p) for p in self.problems]
+        if hint:
+            lines.append(hint)
+        super().__init__("\n".join(lines))
+
+
+class ChecksumError(VerificationError):
+    """At least one file's content (sha256, size or git blob id) differs from what was expected."""
+
+
+def _raise_problems(problems: list[Problem], hint: str = "") -> None:
+    if not problems:
+        return
+    content = any(p.kind in ("sha256", "size", "git-sha1") for p in problems)
+    raise (ChecksumError if content else VerificationError)(problems, hint)
+
+
+# --------------------------------------------------------------------------------------------------
+# Hub clients
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of a snapshot as the source reports it (``None`` = not reported)."""
+
+    path: str
+    size: int | None = None
+    sha256: str | None = None  # hub: LFS sha256; stand-in: the ``.sha256`` list
+    git_sha1: str | None = None  # hub: git blob id of a non-LFS file
+
+
+@dataclass(frozen=True)
+class RemoteSnapshot:
+    repo_id: str
+    repo_type: str
+    revision: str  # as passed to ``resolve``
+    commit: str
+    files: Mapping[str, RemoteFile] = field(default_factory=dict)
+
+
+@runtime_checkable
+class HubClient(Protocol):
+    """The two operations that differ between the real hub and a local stand-in."""
+
+    name: str  # recorded in the manifest as ``source``
+
+    def resolve(self, repo_id: str, revision: str, repo_type: str) -> RemoteSnapshot: ...
+
+    def download(
+        self,
+        snapshot: RemoteSnapshot,
+        local_dir: Path,
+        *,
+        allow_patterns: list[str] | None = None,
+        ignore_patterns: list[str] | None = None,
+    ) -> None: ...
+
+
+class HfHubClient:
+    """The real Hugging Face Hub. ``api`` / ``snapshot_download`` may be injected (tests).
+
+    LFS files are checked against the sha256 the hub reports; other files against their git blob
+    id (``verify_git_blobs=False`` checks those by size only).
+    """
+
+    name = "hub"
+    source_path = None
+
+    def __init__(self, *, token: str | bool | None = None, endpoint: str | None = None,
+                 api: Any = None, snapshot_download: Any = None, verify_git_blobs: bool = True):
+        self._token = token
+        self._verify_git_blobs = verify_git_blobs
+        self._endpoint = endpoint
+        if api is None:
+            from huggingface_hub import HfApi
+
+            api = HfApi(endpoint=endpoint, token=token)
+        if snapshot_download is None:
+            from huggingface_hub import snapshot_download
+        self._api = api
+        self._snapshot_download = snapshot_download
+
+    def resolve(self, repo_id: str, revision: str, repo_type: str) -> RemoteSnapshot:
+        info = self._api.repo_info(repo_id, revision=revision, repo_type=repo_type, files_metadata=True)
+        commit = getattr(info, "sha", None)
+        if not commit or not _HEX40.match(commit):
+            raise FetchError(f"{repo_id}@{revision}: the hub returned no commit id (got {commit!r})")
+        files: dict[str, RemoteFile] = {}
+        for s in getattr(info, "siblings", None) or []:
+            lfs = getattr(s, "lfs", None)
+            if lfs:
+                sha256 = _field(lfs, "sha256")
+                size = _field(lfs, "size")
+                files[s.rfilename] = RemoteFile(s.rfilename, size if size is not None else s.size, sha256)
+            else:
+                blob_id = getattr(s, "blob_id", None) if self._verify_git_blobs else None
+                files[s.rfilename] = RemoteFile(s.rfilename, s.size, None, blob_id)
+        return RemoteSnapshot(repo_id, repo_type, revision, commit, files)
+
+    def download(self, snapshot: RemoteSnapshot, local_dir: Path, *,
+                 allow_patterns: list[str] | None = None,
+                 ignore_patterns: list[str] | None = None) -> None:
+        self._snapshot_download(
+            repo_id=snapshot.repo_id,
+            repo_type=snapshot.repo_type,
+            revision=snapshot.commit,  # the commit resolved above, so listing and files agree
+            local_dir=str(local_dir),
+            allow_patterns=allow_patterns,
+            ignore_patterns=ignore_patterns,
+            token=self._token,
+            endpoint=self._endpoint,
+        )
+        # snapshot_download(local_dir=...) keeps its bookkeeping in <local_dir>/.cache/huggingface/;
+        # drop it so the folder is a clean copy of the repository.
+        if not any(p.startswith(".cache/huggingface/") for p in snapshot.files):
+            shutil.rmtree(Path(local_dir) / ".cache" / "huggingface", ignore_errors=True)
+            try:
+                (Path(local_dir) / ".cache").rmdir()
+            except OSError:
+                pass
+
+
+def _field(obj: Any, name: str) -> Any:
+    value = getattr(obj, name, None)
+    if value is None and isinstance(obj, Mapping):
+        value = obj.get(name)
+    return value
+
+
+class LocalFolderClient:
+    """A local folder standing in for the hub; see the module docstring for the layout."""
+
+    name = "local"
+    COMMIT_FILE = ".commit"
+    SHA256_FILE = ".sha256"
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+        self.source_path = str(self.root)
+        if not self.root.is_dir():
+            raise FetchError(f"local source {self.root} is not a folder")
+
+    def repo_dir(self, repo_id: str, repo_type: str) -> Path:
+        _check_repo_id(repo_id)
+        if repo_type == "model":
+            return self.root / repo_id
+        return self.root / f"{repo_type}s" / repo_id
+
+    def revision_dir(self, repo_id: str, revision: str, repo_type: str) -> Path:
+        repo = self.repo_dir(repo_id, repo_type)
+        parts = Path(revision).parts
+        if not revision or Path(revision).is_absolute() or ".." in parts:
+            raise FetchError(f"invalid revision {revision!r}")
+        direct = repo / revision
+        if (direct / self.COMMIT_FILE).is_file():
+            return direct
+        if _HEX40.match(revision) and repo.is_dir():
+            for commit_file in sorted(repo.rglob(self.COMMIT_FILE)):
+                if commit_file.read_text().strip() == revision:
+                    return commit_file.parent
+        known = sorted(str(p.parent.relative_to(repo)) for p in repo.rglob(self.COMMIT_FILE)) if repo.is_dir() else []
+        raise FetchError(
+            f"local source {self.root}: no revision {revision!r} of {repo_type} {repo_id} "
+            f"(expected {direct}/{self.COMMIT_FILE}; revisions present: {known or 'none'})"
+        )
+
+    def resolve(self, repo_id: str, revision: str, repo_type: str) -> RemoteSnapshot:
+        rev_dir = self.revision_dir(repo_id, revision, repo_type)
+        commit = (rev_dir / self.COMMIT_FILE).read_text().strip()
+        if not _HEX40.match(commit):
+            raise FetchError(f"{rev_dir / self.COMMIT_FILE}: not a 40-hex commit id: {commit!r}")
+        expected = _read_sha256_list(rev_dir / self.SHA256_FILE)
+        files: dict[str, RemoteFile] = {}
+        for rel in _walk_files(rev_dir):
+            if rel in (self.COMMIT_FILE, self.SHA256_FILE):
+                continue
+            files[rel] = RemoteFile(rel, (rev_dir / rel).stat().st_size, expected.get(rel))
+        for rel, digest in expected.items():  # listed but absent: the "download" will miss it
+            files.setdefault(rel, RemoteFile(rel, None, digest))
+        return RemoteSnapshot(repo_id, repo_type, revision, commit, files)
+
+    def download(self, snapshot: RemoteSnapshot, local_dir: Path, *,
+                 allow_patterns: list[str] | None = None,
+                 ignore_patterns: list[str] | None = None) -> None:
+        rev_dir = self.revision_dir(snapshot.repo_id, snapshot.commit, snapshot.repo_type)
+        for rel in _select(snapshot.files, allow_patterns, ignore_patterns):
+            src = rev_dir / rel
+            if not src.is_file():
+                continue  # reported missing by the shared check
+            out = Path(local_dir) / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, out)
+
+
+def write_local_snapshot(root: str | os.PathLike[str], repo_id: str, revision: str, commit: str,
+                         files: Mapping[str, bytes], *, repo_type: str = "model",
+                         sha256_list: bool = True) -> Path:
+    """Create one revision of a stand-in repository under ``root``; return its folder.
+
+    ``sha256_list=True`` also writes ``.sha256`` for every file (the "hub-reported" checksums).
+    """
+    if not _HEX40.match(commit):
+        raise ValueError(f"commit must be 40 lowercase hex digits, got {commit!r}")
+    client_root = Path(root)
+    client_root.mkdir(parents=True, exist_ok=True)
+    rev_dir = LocalFolderClient(client_root).repo_dir(repo_id, repo_type) / revision
+    rev_dir.mkdir(parents=True, exist_ok=True)
+    (rev_dir / LocalFolderClient.COMMIT_FILE).write_text(commit + "\n")
+    lines = []
+    for rel, data in sorted(files.items()):
+        out = rev_dir / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  {rel}\n")
+    if sha256_list:
+        (rev_dir / LocalFolderClient.SHA256_FILE).write_text("".join(lines))
+    return rev_dir
+
+
+def _read_sha256_list(path: Path) -> dict[str, str]:
+    if not path.is_file():
+        return {}
+    out: dict[str, str] = {}
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        digest, _, rel = line.partition(" ")
+        rel = rel.lstrip(" *")  # "<hex>  path" (text) or "<hex> *path" (binary mode)
+        digest = digest.lower()
+        if not _HEX64.match(digest) or not rel:
+            raise FetchError(f"{path}:{n}: expected '<sha256>  <path>', got {line!r}")
+        out[rel] = digest
+    return out
+
+
+def hub_client(source: str | os.PathLike[str] | HubClient | None = None) -> HubClient:
+    """The client for ``source``: ``None`` = the real hub (refused when offline), a folder (``str``
+    or path) = :class:`LocalFolderClient`, a client object = itself. There is deliberately no string
+    that means "the hub", so a folder can never be mistaken for it."""
+    if source is not None and not isinstance(source, (str, os.PathLike)):
+        if isinstance(source, HubClient):
+            return source
+        raise TypeError(f"source must be None (the hub), a folder or a HubClient, got {type(source).__name__}")
+    if source is None:
+        if offline_mode():
+            raise OfflineError(
+                "HF_HUB_OFFLINE is set, so the Hugging Face Hub is not contacted. Provide a local "
+                "stand-in with source=<folder> (layout: <folder>/<org>/<name>/<revision>/ holding the "
+                "files, a .commit file with the 40-hex commit and optionally a .sha256 list; datasets "
+                "under <folder>/datasets/), or unset HF_HUB_OFFLINE to download."
+            )
+        return HfHubClient()
+    return LocalFolderClient(source)
+
+
+def offline_mode() -> bool:
+    """True when ``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set to a true value."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        if os.environ.get(var, "").strip().upper() in {"1", "ON", "YES", "TRUE"}:
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared code path
+# --------------------------------------------------------------------------------------------------
+
+
+def default_manifest_path(dest: str | os.PathLike[str]) -> Path:
+    """``resources/models/prorl`` -> ``resources/models/prorl.manifest.json`` (outside the folder)."""
+    dest = Path(dest)
+    return dest.parent / f"{dest.name}.manifest.json"
+
+
+def fetch_model(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
+                source: str | os.PathLike[str] | HubClient | None = None,
+                manifest: str | os.PathLike[str] | None = None,
+                allow_patterns: list[str] | None = None,
+                ignore_patterns: list[str] | None = None,
+                refresh: bool = False) -> dict[str, Any]:
+    """Fetch (or verify) a model snapshot into ``dest``; see :func:`fetch_snapshot`."""
+    return fetch_snapshot(repo_id, revision, dest, repo_type="model", source=source, manifest=manifest,
+                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh)
+
+
+def fetch_dataset(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
+                  source: str | os.PathLike[str] | HubClient | None = None,
+                  manifest: str | os.PathLike[str] | None = None,
+                  allow_patterns: list[str] | None = None,
+                  ignore_patterns: list[str] | None = None,
+                  refresh: bool = False) -> dict[str, Any]:
+    """Fetch (or verify) a dataset repository snapshot into ``dest``; see :func:`fetch_snapshot`."""
+    return fetch_snapshot(repo_id, revision, dest, repo_type="dataset", source=source, manifest=manifest,
+                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh)
+
+
+def fetch_paper_model(name: str, *, root: str | os.PathLike[str] = ".",
+                      source: str | os.PathLike[str] | HubClient | None = None,
+                      refresh: bool = False) -> dict[str, Any]:
+    """Fetch one of :data:`PAPER_MODELS` (``"prorl"`` or ``"brorl-released"``) under ``root``."""
+    try:
+        spec = PAPER_MODELS[name]
+    except KeyError:
+        raise FetchError(f"unknown paper model {name!r}; known: {sorted(PAPER_MODELS)}") from None
+    return fetch_model(spec["repo_id"], spec["revision"], Path(root) / spec["dest"], source=source,
+                       refresh=refresh)
+
+
+def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
+                   repo_type: str = "model",
+                   source: str | os.PathLike[str] | HubClient | None = None,
+                   manifest: str | os.PathLike[str] | None = None,
+                   allow_patterns: list[str] | None = None,
+                   ignore_patterns: list[str] | None = None,
+                   refresh: bool = False) -> dict[str, Any]:
+    """Make ``dest`` hold ``repo_id`` at ``revision`` (``None`` = ``"main"``), verified.
+
+    Returns a dict for logging: ``status`` (``downloaded``, ``verified``, ``restored`` or
+    ``replaced``), ``repo_id``, ``repo_type``, ``revision``, ``commit``, ``dest``, ``manifest``,
+    ``source``, ``n_files``, ``total_bytes``, plus ``params`` (repo_id, repo_type, revision, commit,
+    source) and ``metrics`` (n_files, total_bytes) ready for ``mlflow.log_params`` / ``log_metrics``.
+    """
+    _check_repo_id(repo_id)
+    if repo_type not in ("model", "dataset"):
+        raise FetchError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
+    revision = revision or "main"
+    dest = Path(dest)
+    manifest_path = Path(manifest) if manifest is not None else default_manifest_path(dest)
+    if manifest_path.resolve().is_relative_to(dest.resolve()):
+        raise FetchError(f"manifest {manifest_path} must not lie inside {dest}")
+    request = {
+        "repo_id": repo_id,
+        "repo_type": repo_type,
+        "revision": revision,
+        "allow_patterns": _patterns(allow_patterns),
+        "ignore_patterns": _patterns(ignore_patterns),
+    }
+
+    old_text = manifest_path.read_text() if manifest_path.is_file() else None
+    old = _parse_manifest(manifest_path, old_text) if old_text is not None else None
+    same = old is not None and _same_request(old, request)
+
+    if dest.exists():
+        if old is None:
+            raise FetchError(
+                f"{dest} exists but has no manifest {manifest_path}; it was not fetched by this tool "
+                f"(or the manifest was lost). Move {dest} away and re-run to fetch {repo_id}@{revision}."
+            )
+        if same and not refresh:
+            _verify_tree(dest, old, manifest_path)
+            log.info("verified %s (%s@%s, %d files)", dest, repo_id, old["commit"][:12], old["n_files"])
+            return _result("verified", old, dest, manifest_path)
+
+    client = hub_client(source)
+    lock = old["commit"] if (same and not refresh) else None  # dest missing: restore the pinned commit
+    snapshot = client.resolve(repo_id, lock or revision, repo_type)
+    if not _HEX40.match(snapshot.commit):
+        raise FetchError(f"{repo_id}@{revision}: source returned an invalid commit {snapshot.commit!r}")
+    if lock and snapshot.commit != lock:
+        raise FetchError(f"{repo_id}: asked the source for commit {lock}, got {snapshot.commit}")
+    if refresh and same and dest.exists() and snapshot.commit == old["commit"]:
+        _verify_tree(dest, old, manifest_path)
+        return _result("verified", old, dest, manifest_path)
+
+    wanted = {rel: snapshot.files[rel]
+              for rel in _select(snapshot.files, request["allow_patterns"], request["ignore_patterns"])}
+    if not wanted:
+        raise FetchError(f"{repo_id}@{snapshot.commit}: no files (allow={allow_patterns}, ignore={ignore_patterns})")
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    manifest_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        log.info("fetching %s %s@%s (commit %s) from %s into %s",
+                 repo_type, repo_id, revision, snapshot.commit[:12], client.name, tmp)
+        client.download(snapshot, tmp, allow_patterns=request["allow_patterns"],
+                        ignore_patterns=request["ignore_patterns"])
+        entries = _verify_download(tmp, snapshot, wanted, client.name)
+        if lock:
+            # A restore must reproduce the recorded files exactly.
+            _verify_entries(tmp, old["files"], show=lambda rel: f"{repo_id}@{lock[:12]}:{rel}",
+                            against=f"manifest {manifest_path}",
+                            hint="The download was discarded; the source no longer matches the manifest.")
+        new = {
+            "format": MANIFEST_FORMAT,
+            **request,
+            "commit": snapshot.commit,
+            "source": client.name,
+            "source_path": getattr(client, "source_path", None),
+            "fetched_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+            "huggingface_hub": _hf_version(),
+            "n_files": len(entries),
+            "total_bytes": sum(e["size"] for e in entries),
+            "files": entries,
+        }
+        if lock:
+            status, new = "restored", {**old, "source": client.name}  # the lock file stays as it is
+            _install(tmp, dest, manifest_path, None, old_text)
+        else:
+            status = "replaced" if dest.exists() else "downloaded"
+            _install(tmp, dest, manifest_path, new, old_text)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    log.info("%s %s (%s@%s, %d files, %d bytes)", status, dest, repo_id, new["commit"][:12],
+             new["n_files"], new["total_bytes"])
+    return _result(status, new, dest, manifest_path)
+
+
+def verify(dest: str | os.PathLike[str], manifest: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Check ``dest`` against its manifest without any client; raises like a re-run of a fetch."""
+    dest = Path(dest)
+    manifest_path = Path(manifest) if manifest is not None else default_manifest_path(dest)
+    if not manifest_path.is_file():
+        raise FetchError(f"no manifest {manifest_path}")
+    old = _parse_manifest(manifest_path, manifest_path.read_text())
+    if not dest.is_dir():
+        raise FetchError(f"{dest} does not exist (manifest {manifest_path} pins commit {old['commit']})")
+    _verify_tree(dest, old, manifest_path)
+    return _result("verified", old, dest, manifest_path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Helpers of the shared path
+# --------------------------------------------------------------------------------------------------
+
+
+def _check_repo_id(repo_id: str) -> None:
+    parts = repo_id.split("/") if isinstance(repo_id, str) else []
+    if len(parts) != 2 or not all(parts) or any(p in (".", "..") for p in parts):
+        raise FetchError(f"repo_id must look like 'org/name', got {repo_id!r}")
+
+
+def _patterns(patterns: Iterable[str] | str | None) -> list[str] | None:
+    if patterns is None:
+        return None
+    if isinstance(patterns, str):
+        return [patterns]
+    return list(patterns)
+
+
+def _select(files: Iterable[str], allow: list[str] | None, ignore: list[str] | None) -> list[str]:
+    """The same glob filter as ``snapshot_download`` (``*`` crosses ``/``; ``dir/`` = ``dir/*``)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    return sorted(filter_repo_objects(list(files), allow_patterns=allow, ignore_patterns=ignore))
+
+
+def _same_request(old: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
+    keys = ("repo_id", "repo_type", "allow_patterns", "ignore_patterns")
+    if any(old.get(k) != request[k] for k in keys):
+        return False
+    return old.get("revision") == request["revision"] or old.get("commit") == request["revision"]
+
+
+def _walk_files(root: Path) -> list[str]:
+    out = []
+    for dirpath, _dirs, names in os.walk(root, followlinks=True):
+        for n in names:
+            out.append((Path(dirpath) / n).relative_to(root).as_posix())
+    return sorted(out)
+
+
+def _hash_file(path: Path, git: bool = False) -> tuple[int, str, str | None]:
+    """Size, sha256 and (if ``git``) the git blob sha1 of a file, in one pass."""
+    size = path.stat().st_size
+    sha = hashlib.sha256()
+    gsha = hashlib.sha1(f"blob {size}\0".encode()) if git else None
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            sha.update(chunk)
+            if gsha is not None:
+                gsha.update(chunk)
+    return size, sha.hexdigest(), gsha.hexdigest() if gsha is not None else None
+
+
+def _verify_download(tmp: Path, snapshot: RemoteSnapshot, wanted: Mapping[str, RemoteFile],
+                     source_name: str) -> list[dict[str, Any]]:
+    label = f"{snapshot.repo_id}@{snapshot.commit[:12]}"
+    against = f"reported by {source_name}"
+    on_disk = set(_walk_files(tmp))
+    problems: list[Problem] = []
+    entries: list[dict[str, Any]] = []
+    for rel in sorted(wanted):
+        remote = wanted[rel]
+        shown = f"{label}:{rel}"
+        if rel not in on_disk:
+            problems.append(Problem(shown, "missing", against=f"the {source_name} file list"))
+            continue
+        use_git = remote.sha256 is None and remote.git_sha1 is not None
+        size, sha256, git_sha1 = _hash_file(tmp / rel, git=use_git)
+        if remote.sha256 is not None and sha256 != remote.sha256.lower():
+            problems.append(Problem(shown, "sha256", sha256, remote.sha256.lower(), against))
+        elif use_git and git_sha1 != remote.git_sha1:
+            problems.append(Problem(shown, "git-sha1", git_sha1, remote.git_sha1, against))
+        elif remote.size is not None and size != remote.size:
+            problems.append(Problem(shown, "size", str(size), str(remote.size), against))
+        checked = ("sha256" if remote.sha256 is not None else "git-sha1" if use_git
+                   else "size" if remote.size is not None else "none")
+        entries.append({"path": rel, "size": size, "sha256": sha256, "checked_against": checked})
+    for rel in sorted(on_disk - set(wanted)):
+        problems.append(Problem(f"{label}:{rel}", "unexpected", against=f"the {source_name} file list"))
+    _raise_problems(problems, hint=f"The download of {label} was discarded; nothing was moved into place.")
+    return entries
+
+
+def _verify_entries(root: Path, files: list[Mapping[str, Any]], *, show: Callable[[str], str],
+                    against: str, hint: str = "") -> None:
+    """Compare every file under ``root`` with manifest entries (sha256 and size); no extras allowed."""
+    problems: list[Problem] = []
+    expected = {e["path"]: e for e in files}
+    on_disk = set(_walk_files(root)) if root.is_dir() else set()
+    for rel in sorted(expected):
+        shown = show(rel)
+        if rel not in on_disk:
+            problems.append(Problem(shown, "missing", against=against))
+            continue
+        size, sha256, _ = _hash_file(root / rel)
+        e = expected[rel]
+        if sha256 != e["sha256"]:
+            problems.append(Problem(shown, "sha256", sha256, e["sha256"],
+                                    f"{against}; size {size}, expected {e['size']}"))
+        elif size != e["size"]:
+            problems.append(Problem(shown, "size", str(size), str(e["size"]), against))
+    for rel in sorted(on_disk - set(expected)):
+        problems.append(Problem(show(rel), "unexpected", against=against))
+    _raise_problems(problems, hint)
+
+
+def _verify_tree(dest: Path, manifest: Mapping[str, Any], manifest_path: Path) -> None:
+    _verify_entries(
+        dest, manifest["files"], show=lambda rel: str(dest / rel), against=f"manifest {manifest_path}",
+        hint=(f"{dest} no longer matches {manifest_path}. It is left as it is; delete {dest} and re-run "
+              f"to download commit {manifest['commit']} again."),
+    )
+
+
+def _install(tmp: Path, dest: Path, manifest_path: Path, new_manifest: Mapping[str, Any] | None,
+             old_text: str | None) -> None:
+    """Move the checked ``tmp`` to ``dest`` (and write the manifest); keep the old copy until done.
+
+    Order: old dest aside, manifest, new dest in. A crash in between leaves a manifest without its
+    folder, which the next run restores from the pinned commit.
+    """
+    holder: Path | None = None
+    aside: Path | None = None
+    if dest.exists():
+        holder = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old-", dir=dest.parent))
+        aside = holder / dest.name
+        os.rename(dest, aside)
+    try:
+        if new_manifest is not None:
+            _write_text_atomic(manifest_path, json.dumps(new_manifest, indent=2) + "\n")
+        os.rename(tmp, dest)
+    except BaseException:
+        if aside is not None and not dest.exists():
+            os.rename(aside, dest)
+            if new_manifest is not None:
+                if old_text is not None:
+                    _write_text_atomic(manifest_path, old_text)
+                else:
+                    manifest_path.unlink(missing_ok=True)
+        if holder is not None and not aside.exists():
+            shutil.rmtree(holder, ignore_errors=True)
+        raise
+    if holder is not None:
+        shutil.rmtree(holder)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _parse_manifest(path: Path, text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise FetchError(f"{path}: not valid JSON ({err}); delete it (and its folder) to fetch again") from None
+    missing = [k for k in ("format", "repo_id", "repo_type", "revision", "commit", "files") if k not in data]
+    if missing or data.get("format") != MANIFEST_FORMAT:
+        raise FetchError(f"{path}: not a {MANIFEST_FORMAT} manifest (missing {missing or 'nothing'}, "
+                         f"format {data.get('format')!r})")
+    data.setdefault("n_files", len(data["files"]))
+    data.setdefault("total_bytes", sum(int(e["size"]) for e in data["files"]))
+    return data
+
+
+def _result(status: str, m: Mapping[str, Any], dest: Path, manifest_path: Path) -> dict[str, Any]:
+    source = m.get("source") or "unknown"
+    return {
+        "status": status,
+        "repo_id": m["repo_id"],
+        "repo_type": m["repo_type"],
+        "revision": m["revision"],
+        "commit": m["commit"],
+        "dest": str(dest),
+        "manifest": str(manifest_path),
+        "source": source,
+        "n_files": int(m["n_files"]),
+        "total_bytes": int(m["total_bytes"]),
+        "params": {"repo_id": m["repo_id"], "repo_type": m["repo_type"], "revision": m["revision"],
+                   "commit": m["commit"], "source": source},
+        "metrics": {"n_files": int(m["n_files"]), "total_bytes": int(m["total_bytes"])},
+    }
+
+
+def _hf_version() -> str | None:
+    try:
+        import huggingface_hub
+
+        return huggingface_hub.__version__
+    except Exception:  # pragma: no cover - huggingface_hub is a pinned dependency
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The paper's data blend (paper_data_blend.yaml)
+# --------------------------------------------------------------------------------------------------
+
+BLEND_ENTRY_FIELDS = (
+    "name", "role", "domain", "source_kind", "repo_id", "repo_type", "revision", "allow_patterns",
+    "size_paper", "size_source", "reward", "id_confidence", "brorl_unstated", "note",
+)
+_ROLES = {"train", "eval"}
+_KINDS = {"hf_dataset", "python_package"}
+
+
+def load_data_blend(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Load and check the data-blend manifest (default: the copy shipped in the package).
+
+    Every entry has all of :data:`BLEND_ENTRY_FIELDS` (values may be ``null`` where noted in the
+    file); ``hf_dataset`` entries have a ``repo_id`` and ``repo_type: dataset``.
+    """
+    import yaml
+
+    if path is None:
+        text = resources.files("brorl").joinpath("paper_data_blend.yaml").read_text()
+        where = "brorl/paper_data_blend.yaml"
+    else:
+        text = Path(path).read_text()
+        where = str(path)
+    data = yaml.safe_load(text)
+    if not isinstance(data, dict) or data.get("format") != BLEND_FORMAT:
+        raise ValueError(f"{where}: not a {BLEND_FORMAT} file")
+    errors = []
+    names = set()
+    for i, e in enumerate(data.get("entries") or []):
+        tag = f"{where}: entry {i} ({e.get('name', '?') if isinstance(e, dict) else '?'})"
+        if not isinstance(e, dict):
+            errors.append(f"{tag}: not a mapping")
+            continue
+        missing = [k for k in BLEND_ENTRY_FIELDS if k not in e]
+        if missing:
+            errors.append(f"{tag}: missing {missing}")
+            continue
+        if e["name"] in names:
+            errors.append(f"{tag}: duplicate name")
+        names.add(e["name"])
+        if e["role"] not in _ROLES:
+            errors.append(f"{tag}: role must be one of {sorted(_ROLES)}")
+        if e["source_kind"] not in _KINDS:
+            errors.append(f"{tag}: source_kind must be one of {sorted(_KINDS)}")
+        if e["source_kind"] == "hf_dataset":
+            if not isinstance(e["repo_id"], str) or e["repo_type"] != "dataset":
+                errors.append(f"{tag}: hf_dataset needs repo_id and repo_type: dataset")
+        if e["size_paper"] is not None and not isinstance(e["size_paper"], int):
+            errors.append(f"{tag}: size_paper must be an integer or null")
+        if not isinstance(e["brorl_unstated"], list) or not e["brorl_unstated"]:
+            errors.append(f"{tag}: brorl_unstated must be a non-empty list")
+    if not names:
+        errors.append(f"{where}: no entries")
+    if errors:
+        raise ValueError("\n".join(errors))
+    return data
+
+
+def blend_entry(name: str, blend: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One entry of the data blend by name."""
+    blend = blend if blend is not None else load_data_blend()
+    for e in blend["entries"]:
+        if e["name"] == name:
+            return dict(e)
+    raise KeyError(f"no data-blend entry {name!r}; known: {[e['name'] for e in blend['entries']]}")
+
+
+def fetch_blend_entry(name: str, dest_root: str | os.PathLike[str] = "resources/data", *,
+                      source: str | os.PathLike[str] | HubClient | None = None,
+                      blend: Mapping[str, Any] | None = None, refresh: bool = False) -> dict[str, Any]:
+    """Fetch the ``hf_dataset`` entry ``name`` into ``<dest_root>/<name>/`` (revision ``null`` -> main;
+    the manifest then pins the commit actually fetched)."""
+    e = blend_entry(name, blend)
+    if e["source_kind"] != "hf_dataset":
+        raise FetchError(f"data-blend entry {name!r} is a {e['source_kind']} ({e['note'] or ''}); nothing to fetch")
+    return fetch_dataset(e["repo_id"], e["revision"], Path(dest_root) / e["name"], source=source,
+                         allow_patterns=e["allow_patterns"], refresh=refresh)
+
+
+__all__ = [
+    "PAPER_MODELS", "FetchError", "OfflineError", "VerificationError", "ChecksumError", "Problem",
+    "RemoteFile", "RemoteSnapshot", "HubClient", "HfHubClient", "LocalFolderClient", "hub_client",
+    "offline_mode", "write_local_snapshot", "default_manifest_path", "fetch_snapshot", "fetch_model",
+    "fetch_dataset", "fetch_paper_model", "verify", "load_data_blend", "blend_entry", "fetch_blend_entry",
+    "BLEND_ENTRY_FIELDS",
+]

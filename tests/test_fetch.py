@@ -1,0 +1,409 @@
+"""brorl.fetch: pinned snapshots with a verified manifest, tested offline against a local stand-in hub."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from brorl import fetch
+from brorl.fetch import (
+    ChecksumError,
+    FetchError,
+    HfHubClient,
+    OfflineError,
+    VerificationError,
+    fetch_blend_entry,
+    fetch_dataset,
+    fetch_model,
+    fetch_paper_model,
+    load_data_blend,
+    write_local_snapshot,
+)
+
+REPO = "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"
+COMMIT_MAIN = "a" * 40
+COMMIT_BRORL = "b" * 40
+COMMIT_NEW = "c" * 40
+
+
+def model_files(seed: int = 0) -> dict[str, bytes]:
+    config = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8, "seed": seed}
+    return {
+        "config.json": json.dumps(config).encode(),
+        "generation_config.json": b'{"do_sample": true}',
+        "model.safetensors": bytes(range(256)) * 16 + bytes([seed]),
+        "tokenizer.json": b'{"version": "1.0"}',
+        "subdir/extra.txt": b"nested file\n",
+    }
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Path:
+    """A stand-in hub: revision `main` and `brorl` of the paper repository."""
+    root = tmp_path / "hub"
+    write_local_snapshot(root, REPO, "main", COMMIT_MAIN, model_files(0))
+    write_local_snapshot(root, REPO, "brorl", COMMIT_BRORL, model_files(1))
+    return root
+
+
+@pytest.fixture
+def dest(tmp_path: Path) -> Path:
+    return tmp_path / "resources" / "models" / "prorl"
+
+
+def snapshot_state(folder: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_no_leftovers(parent: Path, *names: str) -> None:
+    assert sorted(os.listdir(parent)) == sorted(names), "temporary folders or files were left behind"
+
+
+# ------------------------------------------------------------------------------------------ models --
+
+
+def test_fetch_writes_clean_folder_and_manifest(hub: Path, dest: Path) -> None:
+    result = fetch_model(REPO, "main", dest, source=hub)
+
+    files = model_files(0)
+    assert result["status"] == "downloaded"
+    assert result["commit"] == COMMIT_MAIN
+    assert result["params"] == {"repo_id": REPO, "repo_type": "model", "revision": "main",
+                                "commit": COMMIT_MAIN, "source": "local"}
+    assert result["metrics"] == {"n_files": len(files), "total_bytes": sum(map(len, files.values()))}
+
+    # dest is a plain copy of the repository files: no stand-in metadata, no manifest inside
+    on_disk = {p.relative_to(dest).as_posix(): p.read_bytes() for p in dest.rglob("*") if p.is_file()}
+    assert on_disk == files
+    assert json.loads((dest / "config.json").read_text())["model_type"] == "qwen2"
+
+    manifest_path = dest.parent / "prorl.manifest.json"
+    assert result["manifest"] == str(manifest_path)
+    m = json.loads(manifest_path.read_text())
+    assert m["format"] == "brorl.fetch.manifest/1"
+    assert (m["repo_id"], m["repo_type"], m["revision"], m["commit"]) == (REPO, "model", "main", COMMIT_MAIN)
+    assert m["source"] == "local" and m["source_path"] == str(hub)
+    assert {e["path"]: (e["size"], e["sha256"]) for e in m["files"]} == {
+        rel: (len(data), hashlib.sha256(data).hexdigest()) for rel, data in files.items()
+    }
+    assert all(e["checked_against"] == "sha256" for e in m["files"])
+    assert (m["n_files"], m["total_bytes"]) == (result["n_files"], result["total_bytes"])
+    assert_no_leftovers(dest.parent, "prorl", "prorl.manifest.json")
+
+
+def test_second_fetch_verifies_without_copying(hub: Path, dest: Path, monkeypatch) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    before = snapshot_state(dest)
+    manifest_before = (dest.parent / "prorl.manifest.json").read_bytes()
+
+    again = fetch_model(REPO, "main", dest, source=hub)
+    assert again["status"] == "verified"
+    assert again["commit"] == COMMIT_MAIN and again["n_files"] == len(model_files())
+
+    # Verification needs no source at all: offline, with the hub unreachable, it still passes.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert fetch_model(REPO, "main", dest)["status"] == "verified"
+    assert fetch.verify(dest)["status"] == "verified"
+
+    assert snapshot_state(dest) == before  # same bytes, same mtimes, same inodes: nothing copied
+    assert (dest.parent / "prorl.manifest.json").read_bytes() == manifest_before
+
+
+def test_truncated_file_in_dest_raises_naming_it(hub: Path, dest: Path) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    weights = dest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+
+    with pytest.raises(ChecksumError) as err:
+        fetch_model(REPO, "main", dest, source=hub)
+    msg = str(err.value)
+    assert msg.startswith(f"{weights}: sha256 ")
+    assert hashlib.sha256(model_files()["model.safetensors"]).hexdigest() in msg
+    assert "size 100" in msg
+    assert [p.path for p in err.value.problems] == [str(weights)]
+    assert len(weights.read_bytes()) == 100  # never repaired silently
+
+
+def test_missing_or_extra_file_in_dest_raises(hub: Path, dest: Path) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    (dest / "tokenizer.json").unlink()
+    (dest / "notes.txt").write_text("added by hand")
+    with pytest.raises(VerificationError) as err:
+        fetch_model(REPO, "main", dest, source=hub)
+    assert not isinstance(err.value, ChecksumError)
+    assert {(p.path, p.kind) for p in err.value.problems} == {
+        (str(dest / "tokenizer.json"), "missing"),
+        (str(dest / "notes.txt"), "unexpected"),
+    }
+
+
+@pytest.mark.parametrize("how", ["new_revision", "refresh"])
+def test_corrupted_download_keeps_good_copy(hub: Path, dest: Path, how: str) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    good = snapshot_state(dest)
+    manifest_path = dest.parent / "prorl.manifest.json"
+    good_manifest = manifest_path.read_bytes()
+
+    if how == "new_revision":
+        # the source's copy of the brorl weights is damaged; its .sha256 list still has the true value
+        rev_dir = hub / REPO / "brorl"
+        revision, refresh = "brorl", False
+    else:
+        # `main` moved to a new commit whose weights arrive damaged
+        rev_dir = write_local_snapshot(hub, REPO, "main", COMMIT_NEW, model_files(2))
+        revision, refresh = "main", True
+    weights = rev_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10] + b"corrupted!")
+
+    with pytest.raises(ChecksumError) as err:
+        fetch_model(REPO, revision, dest, source=hub, refresh=refresh)
+    assert [(p.kind, p.path.rsplit(":", 1)[-1]) for p in err.value.problems] == [("sha256", "model.safetensors")]
+    assert "model.safetensors: sha256" in str(err.value) and "reported by local" in str(err.value)
+
+    assert snapshot_state(dest) == good  # previous good copy untouched
+    assert manifest_path.read_bytes() == good_manifest
+    assert_no_leftovers(dest.parent, "prorl", "prorl.manifest.json")
+    assert fetch_model(REPO, "main", dest, source=hub)["status"] == "verified"
+
+
+def test_failed_move_puts_the_old_copy_back(hub: Path, dest: Path, monkeypatch) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    good = {k: v[0] for k, v in snapshot_state(dest).items()}
+    manifest_path = dest.parent / "prorl.manifest.json"
+    good_manifest = manifest_path.read_bytes()
+    real_rename = os.rename
+
+    def rename(src, dst):  # moving the old copy aside works; moving the new one in fails
+        if Path(src).name.startswith(".prorl.tmp-"):
+            raise OSError("disk trouble")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(fetch.os, "rename", rename)
+    with pytest.raises(OSError, match="disk trouble"):
+        fetch_model(REPO, "brorl", dest, source=hub)
+    assert {k: v[0] for k, v in snapshot_state(dest).items()} == good
+    assert manifest_path.read_bytes() == good_manifest
+    assert_no_leftovers(dest.parent, "prorl", "prorl.manifest.json")
+
+
+def test_file_listed_by_source_but_not_delivered(hub: Path, dest: Path) -> None:
+    (hub / REPO / "main" / "tokenizer.json").unlink()  # still in the .sha256 list
+    with pytest.raises(VerificationError, match=r"tokenizer\.json: missing"):
+        fetch_model(REPO, "main", dest, source=hub)
+    assert not dest.exists()
+    assert_no_leftovers(dest.parent)
+
+
+def test_new_revision_replaces_folder_and_manifest(hub: Path, dest: Path) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    result = fetch_model(REPO, "brorl", dest, source=hub)
+    assert result["status"] == "replaced" and result["commit"] == COMMIT_BRORL
+    assert (dest / "model.safetensors").read_bytes() == model_files(1)["model.safetensors"]
+    assert json.loads((dest.parent / "prorl.manifest.json").read_text())["revision"] == "brorl"
+    assert_no_leftovers(dest.parent, "prorl", "prorl.manifest.json")
+
+
+def test_manifest_is_a_lock_restore_pinned_commit(hub: Path, dest: Path) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    manifest_path = dest.parent / "prorl.manifest.json"
+    locked = manifest_path.read_bytes()
+    # `main` moves on; the old commit stays available under its commit id
+    (hub / REPO / "main").rename(hub / REPO / COMMIT_MAIN)
+    write_local_snapshot(hub, REPO, "main", COMMIT_NEW, model_files(2))
+    shutil.rmtree(dest)
+    result = fetch_model(REPO, "main", dest, source=hub)
+    assert result["status"] == "restored" and result["commit"] == COMMIT_MAIN
+    assert (dest / "model.safetensors").read_bytes() == model_files(0)["model.safetensors"]
+    assert manifest_path.read_bytes() == locked
+
+    # refresh=True follows the revision to the new commit
+    refreshed = fetch_model(REPO, "main", dest, source=hub, refresh=True)
+    assert refreshed["status"] == "replaced" and refreshed["commit"] == COMMIT_NEW
+    assert_no_leftovers(dest.parent, "prorl", "prorl.manifest.json")
+
+
+def test_unmanaged_dest_is_refused(hub: Path, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    (dest / "mine.bin").write_bytes(b"precious")
+    with pytest.raises(FetchError, match="has no manifest"):
+        fetch_model(REPO, "main", dest, source=hub)
+    assert (dest / "mine.bin").read_bytes() == b"precious"
+
+
+def test_offline_mode_refuses_the_real_hub(dest: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OfflineError, match="source="):
+        fetch_model(REPO, "main", dest)
+    with pytest.raises(OfflineError):
+        fetch.hub_client(None)
+    assert not dest.exists()
+
+
+def test_a_folder_named_hub_is_a_folder(hub: Path, dest: Path, monkeypatch) -> None:
+    monkeypatch.chdir(hub.parent)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # would raise if "hub" were taken to mean the real hub
+    assert isinstance(fetch.hub_client("hub"), fetch.LocalFolderClient)
+    assert fetch_model(REPO, "main", dest, source="hub")["source"] == "local"
+
+
+def test_bad_stand_in_layout(tmp_path: Path, dest: Path) -> None:
+    root = tmp_path / "hub"
+    rev = write_local_snapshot(root, REPO, "main", COMMIT_MAIN, model_files())
+    with pytest.raises(FetchError, match="no revision 'v9'"):
+        fetch_model(REPO, "v9", dest, source=root)
+    (rev / ".commit").write_text("not-a-commit\n")
+    with pytest.raises(FetchError, match="40-hex"):
+        fetch_model(REPO, "main", dest, source=root)
+    with pytest.raises(FetchError, match="not a folder"):
+        fetch_model(REPO, "main", dest, source=tmp_path / "nowhere")
+
+
+def test_paper_models(hub: Path, tmp_path: Path) -> None:
+    assert fetch.PAPER_MODELS["prorl"]["revision"] == "main"
+    assert fetch.PAPER_MODELS["brorl-released"]["revision"] == "brorl"
+    root = tmp_path / "project"
+    a = fetch_paper_model("prorl", root=root, source=hub)
+    b = fetch_paper_model("brorl-released", root=root, source=hub)
+    assert (a["commit"], b["commit"]) == (COMMIT_MAIN, COMMIT_BRORL)
+    models = root / "resources" / "models"
+    assert_no_leftovers(models, "prorl", "prorl.manifest.json", "brorl-released", "brorl-released.manifest.json")
+
+
+# -------------------------------------------------------------- the real-hub client, faked offline --
+
+
+def _git_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class FakeHub:
+    """Answers like HfApi.repo_info(files_metadata=True) and snapshot_download(local_dir=...)."""
+
+    def __init__(self, files: dict[str, bytes], lfs: set[str], deliver: dict[str, bytes] | None = None):
+        self.files, self.lfs, self.deliver = files, lfs, deliver or files
+        self.calls: list[dict] = []
+
+    def repo_info(self, repo_id, *, revision, repo_type, files_metadata):
+        from huggingface_hub.hf_api import ModelInfo
+
+        assert files_metadata is True and repo_type == "model"
+        siblings = []
+        for rel, data in self.files.items():
+            s = {"rfilename": rel, "size": len(data), "blobId": _git_sha1(data)}
+            if rel in self.lfs:
+                s["blobId"] = "f" * 40  # LFS pointer's blob id: not the content's
+                s["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": 134}
+            siblings.append(s)
+        return ModelInfo(id=repo_id, sha=COMMIT_MAIN, siblings=siblings)
+
+    def snapshot_download(self, *, repo_id, repo_type, revision, local_dir, **kwargs):
+        self.calls.append({"revision": revision, "local_dir": local_dir, **kwargs})
+        for rel, data in self.deliver.items():
+            (Path(local_dir) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(local_dir) / rel).write_bytes(data)
+        meta = Path(local_dir) / ".cache" / "huggingface" / "download" / "config.json.metadata"
+        meta.parent.mkdir(parents=True)
+        meta.write_text("bookkeeping")
+        return local_dir
+
+
+def test_hf_hub_client_path(dest: Path) -> None:
+    files = model_files()
+    fake = FakeHub(files, lfs={"model.safetensors"})
+    client = HfHubClient(api=fake, snapshot_download=fake.snapshot_download)
+    result = fetch_model(REPO, "main", dest, source=client)
+
+    assert result["status"] == "downloaded" and result["source"] == "hub"
+    assert fake.calls[0]["revision"] == COMMIT_MAIN  # downloads the resolved commit, not the branch
+    assert Path(fake.calls[0]["local_dir"]).parent == dest.parent  # temp folder next to dest
+    assert not (dest / ".cache").exists()
+    m = json.loads((dest.parent / "prorl.manifest.json").read_text())
+    checked = {e["path"]: e["checked_against"] for e in m["files"]}
+    assert checked.pop("model.safetensors") == "sha256"
+    assert set(checked.values()) == {"git-sha1"}
+    assert_no_leftovers(dest.parent, "prorl", "prorl.manifest.json")
+
+
+def test_hf_hub_client_detects_bad_non_lfs_file(dest: Path) -> None:
+    files = model_files()
+    fake = FakeHub(files, lfs={"model.safetensors"}, deliver={**files, "config.json": b"{}"})
+    client = HfHubClient(api=fake, snapshot_download=fake.snapshot_download)
+    with pytest.raises(ChecksumError, match=r"config\.json: git-sha1"):
+        fetch_model(REPO, "main", dest, source=client)
+    assert not dest.exists()
+    assert_no_leftovers(dest.parent)
+
+
+# ---------------------------------------------------------------------------------------- datasets --
+
+
+def test_dataset_fetch_same_path(tmp_path: Path) -> None:
+    root = tmp_path / "hub"
+    data = {"deepscaler.json": b'[{"problem": "1+1", "answer": "2"}]', "README.md": b"# DeepScaleR\n"}
+    rev = write_local_snapshot(root, "agentica-org/DeepScaleR-Preview-Dataset", "main", COMMIT_MAIN, data,
+                               repo_type="dataset")
+    assert rev == root / "datasets" / "agentica-org" / "DeepScaleR-Preview-Dataset" / "main"
+    data_root = tmp_path / "resources" / "data"
+
+    result = fetch_dataset("agentica-org/DeepScaleR-Preview-Dataset", None, data_root / "ds", source=root)
+    assert result["status"] == "downloaded" and result["repo_type"] == "dataset"
+    assert result["revision"] == "main" and result["commit"] == COMMIT_MAIN
+    assert (data_root / "ds" / "deepscaler.json").read_bytes() == data["deepscaler.json"]
+    assert fetch_dataset("agentica-org/DeepScaleR-Preview-Dataset", "main", data_root / "ds",
+                         source=root)["status"] == "verified"
+
+    # the blend entry goes through the same path (revision null -> main)
+    entry = fetch_blend_entry("deepscaler", data_root, source=root)
+    assert entry["status"] == "downloaded" and entry["dest"] == str(data_root / "deepscaler")
+    assert json.loads((data_root / "deepscaler.manifest.json").read_text())["repo_type"] == "dataset"
+
+    # a dataset is not found where a model of the same id would be
+    with pytest.raises(FetchError, match="no revision"):
+        fetch_model("agentica-org/DeepScaleR-Preview-Dataset", "main", tmp_path / "m", source=root)
+
+
+def test_blend_entry_allow_patterns(tmp_path: Path) -> None:
+    root = tmp_path / "hub"
+    write_local_snapshot(root, "nvidia/Llama-Nemotron-Post-Training-Dataset", "main", COMMIT_MAIN, {
+        "README.md": b"card",
+        "RL/instruction_following/if.jsonl": b'{"prompt": "answer in 3 words"}\n',
+        "SFT/math/math.jsonl": b'{"big": true}\n',
+    }, repo_type="dataset")
+    result = fetch_blend_entry("llama_nemotron_if", tmp_path / "data", source=root)
+    folder = tmp_path / "data" / "llama_nemotron_if"
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()) == [
+        "README.md", "RL/instruction_following/if.jsonl"]
+    assert result["n_files"] == 2
+    m = json.loads((tmp_path / "data" / "llama_nemotron_if.manifest.json").read_text())
+    assert m["allow_patterns"] == ["RL/instruction_following/*", "README.md"]
+    with pytest.raises(FetchError, match="python_package"):
+        fetch_blend_entry("reasoning_gym", tmp_path / "data", source=root)
+
+
+def test_blend_manifest_loads_with_required_fields(tmp_path: Path) -> None:
+    blend = load_data_blend()
+    entries = blend["entries"]
+    assert blend["caveat"] and "continu" in blend["caveat"]
+    for e in entries:
+        assert set(fetch.BLEND_ENTRY_FIELDS) <= set(e), e["name"]
+        assert e["brorl_unstated"], e["name"]
+        assert e["revision"] is None or isinstance(e["revision"], str)
+        if e["source_kind"] == "hf_dataset":
+            assert e["repo_type"] == "dataset" and e["repo_id"].count("/") == 1
+    train = {e["name"]: e["size_paper"] for e in entries if e["role"] == "train"}
+    assert train == {"deepscaler": 40000, "eurus2_rl_code": 24000, "scp116k": 25000,
+                     "reasoning_gym": 37000, "llama_nemotron_if": 10000}
+    assert sum(train.values()) == blend["total_train_size_paper"] == 136000
+    assert {"aime24", "aime25", "amc", "math500", "minerva", "olympiadbench"} <= {
+        e["name"] for e in entries if e["role"] == "eval"}
+
+    broken = tmp_path / "blend.yaml"
+    broken.write_text("format: brorl.data_blend/1\nentries:\n  - name: x\n    role: train\n")
+    with pytest.raises(ValueError, match="missing"):
+        load_data_blend(broken)
