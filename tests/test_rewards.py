@@ -1,0 +1,575 @@
+"""Tests for brorl.rewards: correctness on realistic completions, TRL adapters, Reasoning Gym scoring,
+and robustness -- adversarial fuzzing, hung / crashing workers, clean shutdown.
+
+The fuzz corpus is generated deterministically (fixed seed) so a failure is reproducible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from brorl import rewards as R
+from brorl.rewards import RewardPool
+
+FUZZ_TIMEOUT = 0.4  # hard per-call limit for the fuzz pool (s)
+MARGIN = 1.5  # slack for IPC, a worker replacement and a loaded 2-core machine (s)
+
+
+def _gone(pid: int) -> bool:
+    """True if process ``pid`` is gone: neither running nor an unreaped zombie."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+@pytest.fixture(scope="module")
+def pool():
+    """A 2-worker pool with a generous timeout for correctness tests (Reasoning Gym preloaded)."""
+    with RewardPool(num_workers=2, timeout=5.0, preload=("math", "reasoning_gym")) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def fuzz_pool():
+    """A short-timeout pool without a cache, so every fuzz input really reaches a worker."""
+    with RewardPool(num_workers=2, timeout=FUZZ_TIMEOUT, cache_size=0) as p:
+        assert p.math_reward("\\boxed{1}", "1") == 1.0  # warm up outside the timed loop
+        yield p
+
+
+# --------------------------------------------------------------------------------------------------
+# Extraction (pure functions, no workers)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("so \\boxed{3}", "3"),
+        ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
+        ("\\boxed{\\frac{\\sqrt{3}}{2}}.", "\\frac{\\sqrt{3}}{2}"),
+        ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),  # escaped braces are literal
+        ("\\boxed{2} and finally \\boxed{", "2"),  # truncated last box -> previous complete one
+        ("\\boxed{\\boxed{7}}", "7"),
+        ("\\fbox{5}", "5"),
+        ("\\boxed {4}", "4"),
+        ("no box here", None),
+        ("\\boxed{", None),
+        ("}}}}\\boxed{8}{{{{", "8"),
+    ],
+)
+def test_extract_boxed(text, expected):
+    assert R.extract_boxed(text) == expected
+
+
+def test_extract_boxed_is_linear_on_huge_inputs():
+    for text in ("{" * 100_000, "\\boxed{" * 15_000, "}" * 100_000, "\\boxed{" + "{" * 100_000 + "}"):
+        t = time.monotonic()
+        R.extract_boxed(text)
+        assert time.monotonic() - t < 0.5
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("... so the final answer is $\\frac{1}{2}$.", ("raw", "$\\frac{1}{2}$")),
+        ("Therefore, the answer is 42.", ("boxed", "42")),
+        ("Answer: 7\nDone", ("boxed", "7")),
+        ("we get 3 apples, then 1,250 more", ("boxed", "1250")),
+        ("nothing numeric", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_extract_math_answer_fallbacks(text, expected):
+    assert R.extract_math_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("<think>hmm</think><answer> 42 </answer>", "42"),
+        ("<answer>1</answer> wait <answer>2</answer>", "2"),
+        ("<think>long</think>\n  final  ", "final"),
+        ("<think>truncated reasoning", None),
+        ("just text", "just text"),
+        ([{"role": "assistant", "content": "<answer>x</answer>"}], "x"),
+        (None, None),
+    ],
+)
+def test_extract_reasoning_gym_answer(text, expected):
+    assert R.extract_reasoning_gym_answer(text) == expected
+
+
+def test_completion_text_formats():
+    assert R.completion_text("a") == "a"
+    assert R.completion_text([{"role": "assistant", "content": "a"}]) == "a"
+    assert R.completion_text([{"role": "assistant", "content": [{"type": "text", "text": "b"}]}]) == "b"
+    assert R.completion_text(b"\xffz").endswith("z")
+    assert R.completion_text(3) is None
+    assert R.completion_text([{"role": "assistant"}]) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Math correctness on realistic completions
+# --------------------------------------------------------------------------------------------------
+
+COT = "Let's think step by step. First we simplify the expression, then we check the edge cases.\n"
+
+
+@pytest.mark.parametrize(
+    "completion, gold, expected",
+    [
+        (COT + "So the result is \\boxed{\\frac{1}{2}}", "0.5", 1.0),
+        (COT + "\\boxed{0.5}", "\\frac{1}{2}", 1.0),
+        (COT + "\\boxed{\\dfrac{3}{4}}", "$\\frac{3}{4}$", 1.0),
+        (COT + "\\boxed{2\\sqrt{3}}", "\\sqrt{12}", 1.0),
+        (COT + "\\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt3}{2}", 1.0),
+        (COT + "\\boxed{-7}", "-7", 1.0),
+        (COT + "\\boxed{3}", "4", 0.0),
+        (COT + "\\boxed{2\\sqrt{3}}", "2", 0.0),
+        (COT + "\\boxed{x = 5}", "5", 1.0),
+        (COT + "\\boxed{(1, 2)}", "(1,2)", 1.0),
+        (COT + "\\boxed{10\\%}", "10\\%", 1.0),
+        (COT + "\\boxed{\\text{(B)}}", "B", 1.0),
+        (COT + "\\boxed{[1,2]}", "[1,2)", 0.0),
+        (COT + "\\boxed{1} hmm no, \\boxed{2}", "2", 1.0),
+        (COT + "\\boxed{1} hmm no, \\boxed{2}", "1", 0.0),
+        (COT + "Therefore the final answer is 18.", "18", 1.0),
+        (COT + "The answer is $\\frac{2}{3}$.", "\\frac{2}{3}", 1.0),
+        (COT + "which gives 12 in total", "12", 1.0),
+        (COT + "no answer at all", "3", 0.0),
+        ("", "3", 0.0),
+        ([{"role": "assistant", "content": COT + "\\boxed{9}"}], "9", 1.0),
+        (COT + "\\boxed{9}", 9, 1.0),  # numeric gold column
+        (COT + "\\boxed{\\pi}", "\\pi", 1.0),
+    ],
+)
+def test_math_reward_realistic(pool, completion, gold, expected):
+    assert R.math_reward(completion, gold, pool=pool) == expected
+
+
+def test_math_rewards_batch_and_cache(pool):
+    completions = [COT + f"\\boxed{{{i % 7}}}" for i in range(60)]
+    golds = [str(i % 7 if i % 3 else (i + 1) % 7) for i in range(60)]
+    expected = [1.0 if i % 3 else 0.0 for i in range(60)]
+    assert pool.math_rewards(completions, golds) == expected
+    hits = pool.stats.cache_hits
+    assert pool.math_rewards(completions, golds) == expected
+    assert pool.stats.cache_hits >= hits + 60
+    with pytest.raises(ValueError):
+        pool.math_rewards(completions, golds[:-1])
+
+
+def test_module_level_default_pool():
+    R.configure(num_workers=1, timeout=4.0)
+    try:
+        assert R.math_reward("... \\boxed{\\frac{1}{2}}", "0.5") == 1.0
+        assert R.math_reward("\\boxed{3}", "4") == 0.0
+        p = R.get_default_pool()
+        assert p.num_workers == 1 and p.timeout == 4.0
+        pids = p.worker_pids
+        R.close()
+        assert all(_gone(pid) for pid in pids)
+        assert R.math_reward("\\boxed{5}", "5") == 1.0  # a new default pool starts lazily
+    finally:
+        R.configure()
+        R.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# TRL adapters
+# --------------------------------------------------------------------------------------------------
+
+
+def _trl_kwargs():
+    """Extra kwargs GRPOTrainer._calculate_rewards passes to every reward function."""
+    return {"completion_ids": None, "trainer_state": object(), "log_extra": lambda *a, **k: None,
+            "log_metric": lambda *a, **k: None}
+
+
+def test_trl_math_reward_strings_and_messages(pool):
+    fn = R.make_trl_math_reward(pool)
+    prompts = ["Q1", "Q2", "Q3"]
+    completions = [COT + "\\boxed{1}", COT + "\\boxed{2}", COT + "\\boxed{4}"]
+    out = fn(prompts=prompts, completions=completions, answer=["1", "2", "3"], **_trl_kwargs())
+    assert out == [1.0, 1.0, 0.0] and all(type(x) is float for x in out)
+    messages = [[{"role": "assistant", "content": c}] for c in completions]
+    conv_prompts = [[{"role": "user", "content": p}] for p in prompts]
+    assert fn(prompts=conv_prompts, completions=messages, solution=["1", "0", "4"], **_trl_kwargs()) == [1.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="no 'answer'"):
+        fn(prompts=prompts, completions=completions, **_trl_kwargs())
+    assert R.trl_math_reward.__name__ == "trl_math_reward"
+    assert pickle.loads(pickle.dumps(R.trl_math_reward)) is R.trl_math_reward
+
+
+def test_trl_module_level_adapters_use_default_pool():
+    R.configure(num_workers=1)
+    try:
+        out = R.trl_math_reward(prompts=["q", "q"], completions=["\\boxed{2}", "\\boxed{3}"], answer=["2", "2"],
+                                **_trl_kwargs())
+        assert out == [1.0, 0.0]
+        assert R.trl_reasoning_gym_reward(prompts=["q"], completions=["<answer>1</answer>"],
+                                          entry=[{"answer": "1", "metadata": {}}], **_trl_kwargs()) == [0.0]
+    finally:
+        R.configure()
+        R.close()
+
+
+# --------------------------------------------------------------------------------------------------
+# Reasoning Gym
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rg_entries():
+    reasoning_gym = pytest.importorskip("reasoning_gym")
+    entries = []
+    for name in ("basic_arithmetic", "spell_backward", "leg_counting"):
+        entries.extend(reasoning_gym.create_dataset(name, size=3, seed=7))
+    return entries
+
+
+def test_reasoning_gym_reward(pool, rg_entries):
+    correct = [f"<think>working</think>\n<answer>{e['answer']}</answer>" for e in rg_entries]
+    assert pool.reasoning_gym_rewards(correct, rg_entries) == [1.0] * len(rg_entries)
+    wrong = ["<answer>definitely not it</answer>"] * len(rg_entries)
+    assert all(r < 1.0 for r in pool.reasoning_gym_rewards(wrong, rg_entries))
+    e = rg_entries[0]
+    assert R.reasoning_gym_reward(f"<think>x</think>{e['answer']}", e, pool=pool) == 1.0  # after </think>
+    assert R.reasoning_gym_reward(f"<think>{e['answer']}", e, pool=pool) == 0.0  # truncated reasoning
+    assert R.reasoning_gym_reward(f"<answer>{e['answer']}</answer>", json.dumps(e), pool=pool) == 1.0
+    for garbage_entry in (None, {}, {"metadata": {}}, {"metadata": {"source_dataset": "no_such_task"}},
+                          "not json", {"answer": "1", "metadata": {"source_dataset": 3}}):
+        assert R.reasoning_gym_reward("<answer>1</answer>", garbage_entry, pool=pool) == 0.0
+    assert R.reasoning_gym_reward(None, e, pool=pool) == 0.0
+    assert R.reasoning_gym_reward("<answer>" + "x" * 100_000 + "</answer>", e, pool=pool) == 0.0
+
+
+def test_trl_reasoning_gym_reward(pool, rg_entries):
+    fn = R.make_trl_reasoning_gym_reward(pool)
+    completions = [[{"role": "assistant", "content": f"<answer>{e['answer']}</answer>"}] for e in rg_entries]
+    kwargs = {
+        "answer": [e["answer"] for e in rg_entries],
+        "metadata": [json.dumps(e["metadata"]) for e in rg_entries],  # JSON column (Arrow-friendly)
+        "question": [e["question"] for e in rg_entries],
+    }
+    assert fn(prompts=[e["question"] for e in rg_entries], completions=completions, **kwargs, **_trl_kwargs()) == [
+        1.0
+    ] * len(rg_entries)
+    entry_col = {"entry": [json.dumps(e) for e in rg_entries]}
+    assert fn(prompts=None, completions=completions, **entry_col, **_trl_kwargs()) == [1.0] * len(rg_entries)
+    with pytest.raises(ValueError):
+        fn(prompts=None, completions=completions, **_trl_kwargs())
+
+
+# --------------------------------------------------------------------------------------------------
+# Robustness: hung, crashing and misbehaving workers
+# --------------------------------------------------------------------------------------------------
+
+
+def test_hung_worker_is_killed_and_replaced():
+    with RewardPool(num_workers=2, timeout=0.5) as p:
+        assert p.math_reward("\\boxed{1}", "1") == 1.0
+        before = set(p.worker_pids)
+        t = time.monotonic()
+        assert p._run([("__hang__", ())]) == [0.0]  # ignores the soft timer, like C code
+        assert time.monotonic() - t < 0.5 + MARGIN
+        assert p.stats.timeouts == 1
+        killed = before - set(p.worker_pids)
+        assert len(killed) == 1 and all(_gone(pid) for pid in killed)
+        assert p.math_reward("... \\boxed{\\frac{1}{2}}", "0.5") == 1.0
+        assert p.math_reward("\\boxed{3}", "4") == 0.0
+        # Both workers hung at once, then more work than workers: all detected, all replaced.
+        t = time.monotonic()
+        assert p._run([("__hang__", ())] * 3) == [0.0] * 3
+        assert time.monotonic() - t < 2 * (0.5 + MARGIN)
+        assert p.stats.timeouts == 4
+        assert p.math_rewards(["\\boxed{2}", "\\boxed{3}"], ["2", "3"]) == [1.0, 1.0]
+        assert len(p.worker_pids) == 2
+
+
+def test_soft_timeout_keeps_worker():
+    with RewardPool(num_workers=1, timeout=0.5) as p:
+        assert p.math_reward("\\boxed{1}", "1") == 1.0
+        pid = p.worker_pids
+        t = time.monotonic()
+        assert p._run([("__sleep__", (60,))]) == [0.0]  # interruptible: ended by the soft timer
+        assert time.monotonic() - t < 0.5 + MARGIN
+        assert p.worker_pids == pid and p.stats.timeouts == 0
+        assert p._run([("__sleep__", (0.01,))]) == [1.0]
+
+
+def test_crashing_and_externally_killed_workers():
+    with RewardPool(num_workers=2, timeout=2.0) as p:
+        assert p.math_reward("\\boxed{1}", "1") == 1.0
+        assert p._run([("__exit__", ())]) == [0.0]  # dies mid-task
+        assert p.stats.worker_deaths == 1
+        assert p._run([("__raise__", ())]) == [0.0]
+        for pid in p.worker_pids:  # both idle workers killed behind the pool's back
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        assert p.math_rewards(["\\boxed{7}"] * 3 + ["\\boxed{8}"], ["7", "7", "7", "9"]) == [1.0, 1.0, 1.0, 0.0]
+        assert len(p.worker_pids) == 2
+
+
+def test_worker_outputs_are_sanitised(pool):
+    tasks = [("__value__", (v,)) for v in (float("nan"), 5.0, -1.0, "x", None, 0.25, float("inf"))]
+    assert pool._run(tasks) == [0.0, 1.0, 0.0, 0.0, 0.0, 0.25, 0.0]
+    assert pool._run([("no_such_task", ())]) == [0.0]
+
+
+def test_batch_runs_in_parallel():
+    with RewardPool(num_workers=2, timeout=5.0) as p:
+        p._run([("__sleep__", (0.0,))] * 2)  # both workers up
+        t = time.monotonic()
+        assert p._run([("__sleep__", (0.6,))] * 2) == [1.0, 1.0]
+        assert time.monotonic() - t < 1.1  # 2 x 0.6 s in parallel, not 1.2 s in series
+
+
+def test_thread_safety(pool):
+    results = []
+
+    def work(k):
+        results.append(pool.math_rewards([f"\\boxed{{{k}}}"] * 20, [str(k)] * 20))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    assert results == [[1.0] * 20] * 4
+
+
+def test_close_reaps_workers_and_pool_restarts():
+    p = RewardPool(num_workers=2, timeout=2.0)
+    assert p.math_reward("\\boxed{1}", "1") == 1.0
+    pids = p.worker_pids
+    p.close()
+    assert p.worker_pids == [] and all(_gone(pid) for pid in pids)
+    assert p.math_reward("\\boxed{1}", "1") == 1.0
+    p.close()
+
+
+def test_fork_and_interpreter_exit_leave_no_processes(tmp_path):
+    """A forked child gets its own workers (not the parent's); at exit, without close(), the atexit
+    hooks stop and reap every worker and the fork server, in parent and child."""
+    script = textwrap.dedent(
+        """
+        import os, sys
+        import multiprocessing.forkserver as fs
+        from brorl import rewards as R
+        def pids():
+            return " ".join(map(str, R.get_default_pool().worker_pids + [fs._forkserver._forkserver_pid]))
+        if __name__ == "__main__":
+            assert R.math_reward("\\boxed{3}", "3") == 1.0
+            parent_pids = pids()
+            r, w = os.pipe()
+            child = os.fork()
+            if child == 0:
+                os.close(r)
+                ok = R.math_reward("\\boxed{5}", "5") == 1.0 and R.math_reward("\\boxed{5}", "6") == 0.0
+                os.write(w, (pids() + (" ok" if ok else " bad")).encode())
+                sys.exit(0)  # normal exit: atexit hooks run in the child too
+            os.close(w)
+            child_out = os.read(r, 1000).decode()
+            os.waitpid(child, 0)
+            print(parent_pids)
+            print(child_out)
+            # no close(): the atexit hooks must clean up
+        """
+    )
+    path = tmp_path / "exit_script.py"
+    path.write_text(script)
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    parent_line, child_line = proc.stdout.splitlines()
+    assert child_line.endswith(" ok"), proc.stdout
+    parent_pids = [int(x) for x in parent_line.split()]
+    child_pids = [int(x) for x in child_line.split()[:-1]]
+    assert len(parent_pids) == 3 and len(child_pids) == 3 and not set(parent_pids) & set(child_pids)
+    time.sleep(0.2)
+    assert all(_gone(pid) for pid in parent_pids + child_pids)
+    assert time.monotonic() - t < 60
+
+
+def test_workers_do_not_reimport_main_script(tmp_path):
+    """A script without a ``__main__`` guard: workers (and their replacements) must not re-run it."""
+    path = tmp_path / "unguarded.py"
+    path.write_text(textwrap.dedent(
+        """
+        from brorl.rewards import RewardPool
+        print("MAIN-RAN", flush=True)
+        p = RewardPool(num_workers=2, timeout=0.5)
+        assert p._run([("__hang__", ())]) == [0.0]  # forces a replacement worker
+        assert p.math_rewards(["\\boxed{2}"] * 4, ["2", "2", "2", "3"]) == [1.0, 1.0, 1.0, 0.0]
+        """
+    ))
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("MAIN-RAN") == 1, proc.stdout
+
+
+def test_spawn_start_method():
+    with RewardPool(num_workers=1, timeout=5.0, start_method="spawn") as p:
+        assert p.math_rewards(["\\boxed{\\frac{1}{2}}", "\\boxed{3}"], ["0.5", "4"]) == [1.0, 0.0]
+
+
+def test_timeouts_are_cached_unless_disabled():
+    slow = "\\boxed{{{{{{{{{{{{1}}}}}}}}}}}}"
+    with RewardPool(num_workers=1, timeout=0.5, soft_timeout_fraction=0) as p:
+        assert p.math_reward(slow, "1") == 0.0 and p.stats.timeouts == 1
+        t = time.monotonic()
+        assert p.math_reward(slow, "1") == 0.0
+        assert time.monotonic() - t < 0.1 and p.stats.timeouts == 1
+    with RewardPool(num_workers=1, timeout=0.5, soft_timeout_fraction=0, cache_timeouts=False) as p:
+        assert p.math_rewards([slow, slow], ["1", "1"]) == [0.0, 0.0]  # de-duplicated in the batch
+        assert p.math_reward(slow, "1") == 0.0
+        assert p.stats.timeouts == 2
+
+
+def test_default_pool_reads_environment(monkeypatch):
+    R.close()
+    R.configure()
+    monkeypatch.setenv("BRORL_REWARD_WORKERS", "1")
+    monkeypatch.setenv("BRORL_REWARD_TIMEOUT", "2.5")
+    try:
+        p = R.get_default_pool()  # creating a pool starts no process
+        assert (p.num_workers, p.timeout, p.worker_pids) == (1, 2.5, [])
+    finally:
+        R.close()
+
+
+def test_config_validation():
+    with pytest.raises(ValueError):
+        RewardPool(timeout=0)
+    with pytest.raises(ValueError):
+        RewardPool(start_method="fork")
+    with pytest.raises(ValueError):
+        RewardPool(preload=("chess",))
+
+
+# --------------------------------------------------------------------------------------------------
+# Fuzzing
+# --------------------------------------------------------------------------------------------------
+
+LATEX_TOKENS = [
+    "1", "2", "3", "9", "0", "x", "y", "n", "\\pi", "e", "i", "+", "-", "*", "/", "^", "_", "=", "<", ">",
+    "(", ")", "[", "]", "{", "}", "\\{", "\\}", "|", ",", ".", "!", "'", "\\frac", "\\dfrac", "\\sqrt",
+    "\\sqrt[3]", "\\cdot", "\\times", "\\div", "\\left(", "\\right)", "\\left[", "\\right]", "\\infty",
+    "\\sin", "\\cos", "\\log", "\\ln", "\\sum", "\\int", "\\prod", "\\lim", "\\to", "\\binom", "\\cup",
+    "\\cap", "\\in", "\\text{", "\\mathrm{", "\\begin{pmatrix}", "\\end{pmatrix}", "&", "\\\\", "%", "$",
+    "\\boxed{", "\\", "^{", "_{", "\\%", "\\circ", "\\pm", "\\mp", "\\le", "\\ge", "\\neq", "10^{", " ",
+]  # fmt: skip
+
+
+def adversarial_cases(seed: int = 1234, n_bytes: int = 150, n_soup: int = 1050) -> list[tuple]:
+    """Deterministic adversarial (completion, gold) pairs: size bombs, nesting bombs, number bombs,
+    malformed LaTeX, unicode, NUL bytes, random bytes, random LaTeX token soup, non-string inputs."""
+    rng = random.Random(seed)
+    big = "1" + "0" * 10_000
+    fixed = [
+        "x" * 100_000, "{" * 100_000, "}" * 100_000, "\\boxed{" * 15_000, "\\boxed{" + "{" * 100_000,
+        "\\boxed{" + "9" * 100_000 + "}", "\\boxed{9^{9^{9^{9}}}}", "\\boxed{10^{10^{10}}}",
+        "\\boxed{2^{2^{2^{2^{2^{2}}}}}}", "\\boxed{100000!}", "\\boxed{(10^{100})!}", "\\boxed{9^{9^{9}}}",
+        "\\boxed{10^{10000}}", "\\boxed{1e1000000}", "\\boxed{1e309}", "\\boxed{" + big + "}",
+        "The answer is " + big, "the answer is 10**10000", big, "\\boxed{", "\\boxed{3", "\\boxed{\\frac{1}{",
+        "\\boxed{\\sqrt[}", "\\boxed{\\left(}", "\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 3}", "\\boxed{\\\\\\\\\\\\}",
+        "\\boxed{^^^^^^}", "\\boxed{_{_{_{_{}", "\\boxed{\\frac\\frac\\frac}", "\\boxed{}", "\\boxed{ }",
+        "\\boxed{\\}", "\\boxed{\x00}", "\x00" * 1000 + "\\boxed{1\x002}", "\\boxed{１２３}", "\\boxed{😀}",
+        "\\boxed{\u202e123}", "\\boxed{a\u0301\u0302\u0303}", "答案是 \\boxed{三}", "\\boxed{\ud800}",
+        "\\boxed{" + "\\sqrt{" * 40 + "2" + "}" * 40 + "}", "\\boxed{" + "(" * 45 + "1" + ")" * 45 + "}",
+        "\\boxed{" + "1+" * 400 + "1}", "\\boxed{" + "x^" * 300 + "2}", "\\boxed{\\sum_{n=1}^{\\infty} n^{-s}}",
+        "\\boxed{\\int_0^\\infty e^{-x^2} dx}", "\\boxed{x^{x^{x^{x^{x}}}}=2}", "\\boxed{\\prod_{k=1}^{10^{9}} k}",
+        "\\boxed{\\binom{10^{9}}{10^{8}}}", "\\boxed{\\begin{pmatrix}" + " & ".join(["1"] * 300) + "\\end{pmatrix}}",
+        "answer: " + "9" * 5000, "answer is $" + "\\frac{" * 30 + "$", "\\fbox{3", "\\boxed" + " " * 100_000 + "{3}",
+        "<think>" * 20_000, "".join(chr(i) for i in range(1, 0x3000, 7)),
+    ]  # fmt: skip
+    cases = [(c, "3") for c in fixed]
+    cases += [("\\boxed{" + "{" * n + "1" + "}" * n + "}", "1") for n in (5, 12, 17, 100, 10_000)]
+    for _ in range(n_bytes):  # random bytes decoded leniently
+        raw = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
+        mode = rng.choice(["replace", "surrogateescape", "ignore", "latin-1"])
+        text = raw.decode("latin-1") if mode == "latin-1" else raw.decode("utf-8", errors=mode)
+        cases.append((text if rng.random() < 0.5 else "\\boxed{" + text + "}", "3"))
+    for _ in range(n_soup):  # random LaTeX token soup, in and out of \boxed{}, also as gold
+        soup = "".join(rng.choice(LATEX_TOKENS) for _ in range(rng.randrange(1, 40)))
+        r = rng.random()
+        text = ("Let me think. So \\boxed{" + soup + "}") if r < 0.6 else ("The answer is " + soup if r < 0.8 else soup)
+        cases.append((text, rng.choice(["3", "\\frac{1}{2}", "x^2", "(1,2)", soup[:20] or "0"])))
+    weird = [None, 0, 1.5, b"\\boxed{3}", bytearray(b"\xff\xfe"), [], {}, [{"role": "assistant"}],
+             [{"role": "assistant", "content": None}], object(), float("nan"), ["\\boxed{3}"], set()]
+    for w in weird:
+        cases += [(w, "3"), ("\\boxed{3}", w)]
+    return cases
+
+
+def _assert_pool_healthy(p):
+    assert p.math_reward("... \\boxed{\\frac{1}{2}}", "0.5") == 1.0
+    assert p.math_reward("\\boxed{3}", "4") == 0.0
+    assert p.math_reward(COT + "\\boxed{2\\sqrt{3}}", "\\sqrt{12}") == 1.0
+
+
+def test_fuzz_single_calls(fuzz_pool):
+    cases = adversarial_cases()
+    assert len(cases) > 1200
+    worst = 0.0
+    for completion, gold in cases:
+        t = time.monotonic()
+        r = R.math_reward(completion, gold, pool=fuzz_pool)
+        dt = time.monotonic() - t
+        worst = max(worst, dt)
+        assert type(r) is float and r in (0.0, 1.0), (completion, gold, r)
+        assert dt < FUZZ_TIMEOUT + MARGIN, (repr(completion)[:200], dt)
+    _assert_pool_healthy(fuzz_pool)
+
+
+def test_fuzz_batch_via_trl_adapter(fuzz_pool):
+    cases = adversarial_cases(seed=99, n_bytes=100, n_soup=600)
+    fn = R.make_trl_math_reward(fuzz_pool)
+    completions = [c for c, _ in cases]
+    t = time.monotonic()
+    out = fn(prompts=[""] * len(cases), completions=completions, answer=[g for _, g in cases], **_trl_kwargs())
+    elapsed = time.monotonic() - t
+    assert len(out) == len(cases) and all(type(r) is float and 0.0 <= r <= 1.0 for r in out)
+    # Every task is bounded by the timeout, and the batch is spread over both workers.
+    assert elapsed < len(cases) * 0.05 + 30
+    _assert_pool_healthy(fuzz_pool)
+
+
+def test_fuzz_hard_kills_on_real_slow_inputs():
+    """With the soft timer off, slow math-verify inputs must be hard-killed; the pool keeps working."""
+    slow = ["\\boxed{" + "(" * 30 + "1" + ")" * 30 + "}", "\\boxed{{{{{{{{{{{{1}}}}}}}}}}}}",
+            "\\boxed{\\int_0^\\infty e^{-x^2} dx}", "\\boxed{x^{x^{x^{x^{x}}}}=2}"]
+    with RewardPool(num_workers=2, timeout=0.5, cache_size=0, soft_timeout_fraction=0) as p:
+        _assert_pool_healthy(p)
+        for text in slow:
+            t = time.monotonic()
+            assert p.math_reward(text, "3") == 0.0
+            assert time.monotonic() - t < 0.5 + MARGIN
+        assert p.stats.timeouts >= 3
+        t = time.monotonic()
+        assert p.math_rewards(slow * 2, ["3"] * 8) == [0.0] * 8
+        assert time.monotonic() - t < 4 * (0.5 + MARGIN)
+        _assert_pool_healthy(p)
+
+
+def test_fuzz_reasoning_gym(pool, rg_entries):
+    rng = random.Random(5)
+    cases = adversarial_cases(seed=3, n_bytes=50, n_soup=100)
+    completions = [c for c, _ in cases] + ["<answer>" + c + "</answer>" for c, _ in cases if isinstance(c, str)]
+    entries = [rng.choice(rg_entries) for _ in completions]
+    out = pool.reasoning_gym_rewards(completions, entries)
+    assert len(out) == len(completions) and all(type(r) is float and 0.0 <= r <= 1.0 for r in out)
+    e = rg_entries[0]
+    assert pool.reasoning_gym_reward(f"<answer>{e['answer']}</answer>", e) == 1.0
