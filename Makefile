@@ -45,4 +45,4 @@ bench: setup
 	$(BIN)/python benchmarks/bench_simulation.py
 
 clean:                     ## remove pipeline outputs and the local MLflow store (not the DVC remote)
-	rm -rf results/theory results/theory.dvc .snakemake logs mlflow.db mlartifacts report.html
+	rm -rf results resources/models/sft resources/models/*.dvc .snakemake logs mlflow.db mlartifacts report.html

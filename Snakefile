@@ -8,7 +8,11 @@ from snakemake.utils import min_version
 min_version("9.27")
 
 
-configfile: "config/config.yaml"
+# The default profile applies only when no --configfile is given: a --configfile (paper, study, ci) is the
+# whole config of the run, never merged into the tiny defaults.
+if not config:
+
+    configfile: "config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"
@@ -17,6 +21,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/fetch.smk"
+include: "workflow/rules/models.smk"
 include: "workflow/rules/tracking.smk"
 
 
@@ -25,5 +30,6 @@ rule all:
         THEORY_OUTPUTS,
         FETCH_MANIFESTS,
         DATA_OUTPUTS,
+        MODEL_OUTPUTS,
         DVC_FILES,
     default_target: True

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.slow
 CI_CONFIG = "tests/configs/ci_run.yaml"  # written by the fixture: ci.yaml + a stand-in hub
 REPO_ID = "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+RULE_RUNS = ("theory_simulation", "theory_figure3", "theory_extended_sweep", "fetch_checkpoint",
+             "paper_data_blend", "tiny_tasks", "sft", "difficulty_sft")
 GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
 
 
@@ -97,8 +99,8 @@ def test_mlflow_has_one_tagged_run_per_rule(project):
     exp = client.get_experiment_by_name("brorl-ci")
     runs = client.search_runs([exp.experiment_id])
     by_rule = {r.data.tags["rule"]: r for r in runs}
-    assert set(by_rule) == {"theory_simulation", "theory_figure3", "theory_extended_sweep",
-                            "fetch_checkpoint", "paper_data_blend"}
+    assert set(by_rule) == set(RULE_RUNS)
+    assert len(runs) == len(RULE_RUNS)
     fetch = by_rule["fetch_checkpoint"]
     assert fetch.data.tags["commit"] == COMMIT and json.loads(fetch.data.tags["wildcards"]) == {"name": "prorl"}
     assert fetch.data.params["resolved.commit"] == COMMIT and fetch.data.metrics["n_files"] == 3
@@ -131,7 +133,7 @@ def test_rerun_has_nothing_to_do_and_lint_is_clean(project):
 def test_report_has_theory_category(project):
     sh(["snakemake", "--report", "report.html", "--configfile", CI_CONFIG], project["work"])
     html = (project["work"] / "report.html").read_text(errors="replace")
-    assert "Theory" in html
+    assert "Theory" in html and "Data" in html
     assert "figure3.png" in html and "BroRL Figure 3" in html
 
 
@@ -166,6 +168,23 @@ def test_fetched_checkpoint_has_manifest_and_is_verified_on_rerun(project):
         target.write_bytes(good)
 
 
+def test_tiny_data_model_and_difficulty(project):
+    work = project["work"]
+    for task in ("add", "multiple"):
+        for split in ("train", "validation", "test"):
+            assert (work / f"results/data/{task}/{split}.jsonl").stat().st_size > 0
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(work / "resources/models/sft")
+    tokenizer = AutoTokenizer.from_pretrained(work / "resources/models/sft")
+    assert model.config.model_type == "llama" and tokenizer.eos_token
+    frame = pd.read_csv(work / "results/data/difficulty_sft.csv")
+    assert {"id", "task", "pass_rate", "q_pos_exact"} <= set(frame.columns)
+    assert len(frame) == 24 + 8  # every validation prompt of the CI profile
+    assert frame["pass_rate"].between(0, 1).all()
+    assert (work / "results/data/difficulty_sft.png").stat().st_size > 10_000
+
+
 def test_data_blend_manifest(project):
     frame = pd.read_csv(project["work"] / "results/data/paper_data_blend.csv")
     train = frame[frame.role == "train"]
@@ -178,7 +197,8 @@ def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     assert (work / "results/theory.dvc").exists()
     assert any(project["remote"].rglob("*")), "nothing was pushed to the DVC remote"
     dvc_files = [str(p.relative_to(work)) for p in work.rglob("*.dvc") if p.is_file()]
-    assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl.dvc"} <= set(dvc_files)
+    assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl.dvc",
+            "resources/models/sft.dvc"} <= set(dvc_files)
     sh(GIT + ["add", *dvc_files, "results/.gitignore", "resources/models/.gitignore"], work)
     sh(GIT + ["commit", "-qm", "track outputs"], work)
     clone = root / "clone"
@@ -186,7 +206,7 @@ def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     assert not (clone / "results/theory/simulation.csv").exists()
     sh(["dvc", "remote", "modify", "--local", "local", "url", str(project["remote"])], clone)
     sh(["brorl", "pull", "--configfile", CI_CONFIG], clone)
-    for folder in ("results/theory", "results/data", "resources/models/prorl"):
+    for folder in ("results/theory", "results/data", "resources/models/prorl", "resources/models/sft"):
         assert _digest(clone / folder) == _digest(work / folder), folder
     dry = sh(["snakemake", "-n", "--configfile", CI_CONFIG], clone)
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -220,7 +240,7 @@ def test_mlflow_ui_serves_the_runs(project):
                                      data=json.dumps({"experiment_ids": [exp_id]}).encode(),
                                      headers={"Content-Type": "application/json"})
         runs = json.loads(urllib.request.urlopen(req, timeout=10).read())["runs"]
-        assert len(runs) == 5
+        assert len(runs) == len(RULE_RUNS)
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)

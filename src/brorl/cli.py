@@ -175,6 +175,75 @@ def cmd_data_blend(args) -> int:
     return 0
 
 
+def cmd_tasks_generate(args) -> int:
+    """The tiny task suite's splits (deterministic from the seed)."""
+    import mlflow
+
+    from brorl.tasks import write_splits
+
+    with _run(args):
+        metrics = write_splits(args.out, json.loads(args.config))
+        mlflow.log_metrics({k.replace("@", "_"): float(v) for k, v in metrics.items()})
+        mlflow.log_artifact(str(Path(args.out) / "tasks.json"))
+    print(f"[tasks] wrote {args.out}: " + ", ".join(f"{k}={v}" for k, v in metrics.items() if k.endswith("/n")))
+    return 0
+
+
+def cmd_sft(args) -> int:
+    """Tokenizer + tiny model + supervised warm start (resumable) into an HF folder."""
+    import mlflow
+
+    from brorl.models import train_sft
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        metrics = train_sft(args.data, args.out, cfg["sft"], cfg["tasks"])
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+        for name in ("config.json", "tokenizer.json", "chat_template.jinja", "training_info.json"):
+            if (Path(args.out) / name).exists():
+                mlflow.log_artifact(str(Path(args.out) / name), artifact_path="model")
+    print(f"[sft] wrote {args.out}: " + ", ".join(f"{k}={v}" for k, v in metrics.items()
+                                                  if isinstance(v, (int, float))))
+    return 0
+
+
+def cmd_difficulty(args) -> int:
+    """Per-prompt pass rate of a checkpoint on the validation split, and its histogram."""
+    import mlflow
+
+    from brorl.models import estimate_difficulty, plot_difficulty
+    from brorl.tasks import read_split
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        records = read_split(args.data, "validation", cfg["tasks"]["tasks"])
+        t0 = time.perf_counter()
+        frame = estimate_difficulty(args.model, records, settings=cfg["difficulty"])
+        seconds = time.perf_counter() - t0
+        frame.to_csv(args.csv, index=False)
+        shares = plot_difficulty(frame, args.png, title=f"{args.title}: per-prompt pass rate")
+        mlflow.log_metrics({"seconds": seconds, "pass_rate_mean": float(frame["pass_rate"].mean()),
+                            "q_pos_exact_mean": float(frame["q_pos_exact"].mean()),
+                            **_numeric(shares)})
+        mlflow.log_artifact(args.csv)
+        mlflow.log_artifact(args.png)
+    print(f"[difficulty] {args.model}: mean pass rate {frame['pass_rate'].mean():.3f} over {len(frame)} "
+          f"prompts in {seconds:.1f} s -> {args.csv}")
+    return 0
+
+
+def _numeric(d, prefix: str = "") -> dict[str, float]:
+    """Flatten a nested dict of numbers into MLflow metric names (keys sanitised)."""
+    out = {}
+    for key, value in d.items():
+        name = prefix + "".join(c if c.isalnum() or c in "_-./ " else "_" for c in str(key))
+        if isinstance(value, dict):
+            out.update(_numeric(value, name + "/"))
+        elif isinstance(value, (int, float)):
+            out[name] = float(value)
+    return out
+
+
 def cmd_init_tracking(args) -> int:
     from brorl.tracking import init_store
 
@@ -246,6 +315,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--csv", required=True)
     p.add_argument("--md", required=True)
     p.set_defaults(func=cmd_data_blend)
+
+    p = sub.add_parser("tasks-generate", help="the tiny task suite's train/validation/test splits")
+    _rule_args(p)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_tasks_generate)
+
+    p = sub.add_parser("sft", help="tokenizer + tiny model + supervised warm start")
+    _rule_args(p)
+    p.add_argument("--data", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("difficulty", help="per-prompt pass rates of a checkpoint (+ histogram)")
+    _rule_args(p)
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--png", required=True)
+    p.add_argument("--title", default="checkpoint")
+    p.set_defaults(func=cmd_difficulty)
 
     p = sub.add_parser("init-tracking", help="create the MLflow store and experiment")
     p.add_argument("--tracking", default="{}")

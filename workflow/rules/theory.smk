@@ -23,10 +23,11 @@ rule theory_simulation:
         "logs/theory/simulation.log",
     benchmark:
         "logs/benchmarks/theory_simulation.tsv"
+    threads: 1
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl theory-simulate --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+        "OMP_NUM_THREADS={threads} brorl theory-simulate --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
         " --tracking {params.tracking:q} --csv {output.csv} 2>&1 | tee {log}"
 
 
@@ -57,10 +58,11 @@ rule theory_figure3:
         profile=PROFILE,
     log:
         "logs/theory/figure3.log",
+    threads: 1
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl theory-figure3 --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+        "OMP_NUM_THREADS={threads} brorl theory-figure3 --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
         " --tracking {params.tracking:q} --csv {input.csv} --figure {output.figure}"
         " --summary-md {output.summary_md} --summary-csv {output.summary_csv} 2>&1 | tee {log}"
 
@@ -92,9 +94,10 @@ rule theory_extended_sweep:
         "logs/theory/extended_sweep.log",
     benchmark:
         "logs/benchmarks/theory_extended_sweep.tsv"
+    threads: 1
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl theory-sweep --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+        "OMP_NUM_THREADS={threads} brorl theory-sweep --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
         " --tracking {params.tracking:q} --csv {output.csv} --md {output.md} --png {output.png}"
         " 2>&1 | tee {log}"

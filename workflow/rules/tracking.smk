@@ -5,6 +5,7 @@ DVC_TRACKED = {
     "results/theory": THEORY_OUTPUTS,
     "results/data": DATA_OUTPUTS,
     **{folder: [f"{folder}.manifest.json"] for folder in FETCHED},
+    **{folder: [folder] for folder in MODEL_OUTPUTS},
     **{manifest: [manifest] for manifest in FETCH_MANIFESTS},
 }
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
