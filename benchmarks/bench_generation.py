@@ -1,0 +1,110 @@
+"""Generation throughput of the RL trainer's engines at N in {16, 64, 256, 512} for the same total samples.
+
+Runs ``BroRLTrainer._generate`` (the exact call the trainer times for ``generation_samples_per_s``: tokenize,
+sample, decode) on the tiny model with
+
+- ``hf``: TRL's path, ``model.generate`` on the N-times repeated prompt rows (no prefix sharing);
+- ``shared_prompt``: ``brorl.models.sample_token_ids``, one prefill per prompt, KV cache shared by its N rows.
+
+Each N uses total / N prompts (BroRL Table 2 compares samples/s at N = 16 and 512; pilot.md §6 the CPU case).
+
+    .venv/bin/python benchmarks/bench_generation.py [--model DIR] [--total 8192] [--threads 2]
+
+Without ``--model`` a randomly initialised tiny model (``ModelSettings`` defaults) is used: its completions
+rarely sample the end token, so every completion runs to the full length (the slow case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ.setdefault(_k, "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def random_model(folder: Path) -> Path:
+    from brorl.models.settings import ModelSettings
+    from brorl.models.sft import build_model, save_model_folder, tokenizer_corpus
+    from brorl.models.tokenizer import build_tokenizer
+    from brorl.tasks.core import TaskSettings
+
+    tok = build_tokenizer(tokenizer_corpus(TaskSettings()))
+    save_model_folder(build_model(ModelSettings(), tok, seed=0), tok, folder)
+    return folder
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=None, help="HF model folder (default: random tiny model)")
+    ap.add_argument("--total", type=int, default=8192, help="samples per measurement (same for every N)")
+    ap.add_argument("--ns", type=int, nargs="+", default=[16, 64, 256, 512])
+    ap.add_argument("--engines", nargs="+", default=["hf", "shared_prompt"])
+    ap.add_argument("--repeats", type=int, default=1, help="measurements per cell (the best is shown)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--chunk-samples", type=int, default=1024)
+    args = ap.parse_args(argv)
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from brorl.tasks.core import TaskSettings, format_prompt, generate_split, max_new_tokens
+    from brorl.training.settings import RLSettings
+    from brorl.training.stage import grpo_config
+    from brorl.training.trainer import BroRLTrainer
+
+    torch.set_num_threads(args.threads)
+    tmp = tempfile.TemporaryDirectory()
+    model_dir = args.model or random_model(Path(tmp.name) / "model")
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    n_prompts = max(args.total // n for n in args.ns)
+    records = generate_split("add", "train", n_prompts, seed=99, partition_seed=TaskSettings().seed)
+    prompts = [format_prompt(tok, r) for r in records]
+    length = max_new_tokens(TaskSettings(), ["add"])
+    s = RLSettings(n_rollouts=args.ns[0], prompts_per_step=1, beta=0.0, chunk_samples=args.chunk_samples,
+                   threads=args.threads)
+    trainer = BroRLTrainer(model=str(model_dir), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                           args=grpo_config(s, Path(tmp.name) / "out", length),
+                           train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok, settings=s)
+    trainer.model.train()  # the trainer generates in training mode
+
+    rows = []
+    for n in args.ns:
+        batch = [p for p in prompts[: args.total // n] for _ in range(n)]
+        for engine in args.engines:
+            trainer.settings = dataclasses.replace(s, generation_engine=engine)
+            trainer.num_generations = n
+            best, mean_len = 0.0, 0.0
+            for rep in range(args.repeats):
+                trainer._sampler_seed = rep
+                t0 = time.perf_counter()
+                _, completion_ids, *_ = trainer._generate(batch)
+                rate = len(batch) / (time.perf_counter() - t0)
+                best = max(best, rate)
+                mean_len = sum(map(len, completion_ids)) / len(completion_ids)
+            rows.append((n, len(batch) // n, len(batch), engine, best, mean_len))
+            print(f"  N={n:4d} {engine:14s} {best:9.0f} samples/s", file=sys.stderr, flush=True)
+
+    print(f"\nGeneration throughput, {args.total} samples per cell, {args.threads} threads, "
+          f"max {length} new tokens, model {'random init' if args.model is None else args.model}")
+    print(f"{'N':>5} {'prompts':>8} {'samples':>8} {'engine':>14} {'samples/s':>10} {'mean len':>9}")
+    for n, p, total, engine, rate, mean_len in rows:
+        print(f"{n:>5} {p:>8} {total:>8} {engine:>14} {rate:>10.0f} {mean_len:>9.2f}")
+    by = {(n, e): r for n, _, _, e, r, _ in rows}
+    if {"hf", "shared_prompt"} <= set(args.engines):
+        print("shared_prompt / hf: " + ", ".join(f"N={n}: {by[(n, 'shared_prompt')] / by[(n, 'hf')]:.2f}x"
+                                                 for n in args.ns))
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

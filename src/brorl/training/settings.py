@@ -1,0 +1,190 @@
+"""Settings of one RL stage (ProRLv2 recipe, BroRL rollout scaling).
+
+Values marked [paper] come from BroRL / ProRLv2 (see ``shared/brief/paper.md`` §3), [nemo] from NeMo-RL's
+``examples/configs/prorlv2.yaml`` (paper.md §6), [pilot] from the plain-torch pilot of the tiny regime
+(``shared/brief/pilot.md``); the rest are choices for the tiny CPU profile.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+LR_RULES = ("sqrt", "constant")
+GENERATION_ENGINES = ("shared_prompt", "hf", "vllm")
+VLLM_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+@dataclass(frozen=True)
+class RLSettings:
+    """One RL stage: PPO-clip with clip-higher, REINFORCE++-baseline advantages, dynamic sampling, k2 KL."""
+
+    n_rollouts: int = 16
+    """N, completions per prompt (TRL ``num_generations``). ProRL: 16; BroRL: 512 [paper, Table 1]."""
+    prompts_per_step: int = 64
+    """Prompts in the post-filter training batch of one step. ProRL: 512 at N=16; BroRL: 128 at N=512
+    [paper, Table 1; that it counts kept prompts is inferred from Table 2's pass rates]; pilot: 64."""
+    steps: int = 100
+    """RL steps in this stage (an upper bound when ``sample_budget`` is set; 0: from the budget alone)."""
+    sample_budget: int = 0
+    """Generated samples (before filtering, as BroRL Table 1 counts them) after which the stage stops;
+    0: no budget. Must hold at least one step (prompts_per_step x n_rollouts)."""
+    lr_rule: str = "sqrt"
+    """``sqrt``: eta = eta0 * sqrt(B / B0) [paper, BroRL §3.1, after Krizhevsky 2014]; ``constant``: eta = eta0.
+    B counts samples per step (prompts_per_step x n_rollouts); counting prompts would lower the BroRL rate."""
+    eta0: float = 3e-4
+    """Base learning rate eta0 at B0 samples per step ([pilot]: 3e-4 at 1,024; ProRL v1: 2e-6 for 1.5B)."""
+    b0: int = 1024
+    """Reference batch B0 in samples per step ([pilot]: 16 x 64; ProRL: 16 x 512 = 8,192)."""
+    epsilon_low: float = 0.2
+    """PPO clip: the ratio is clipped below at 1 - epsilon_low (ProRLv2: 0.2 [paper])."""
+    epsilon_high: float = 0.28
+    """Clip-higher: the ratio is clipped above at 1 + epsilon_high (ProRLv2: 0.28 [paper]; NeMo 0.27)."""
+    beta: float = 1e-4
+    """KL coefficient of the k2 penalty 1/2 (log pi - log pi_ref)^2 ([nemo] 1e-4, type k2); 0: no KL term
+    and no reference model."""
+    temperature: float = 1.0
+    """Rollout temperature (ProRL v1: 1.2 [paper]; [pilot]: 1.0). The loss scores log-probs at it too."""
+    dynamic_sampling: bool = True
+    """Drop groups whose N rewards are all equal and refill until ``prompts_per_step`` groups are kept
+    (DAPO; ProRLv2 [paper]). False: train on every group of one round (the pass rate is still logged)."""
+    max_rounds: int = 10
+    """Cap on generation rounds per step ([nemo] dynamic_sampling_max_gen_batches: 10). At the cap the step
+    trains on the groups kept so far."""
+    round_prompts: int = 0
+    """Prompts per refill round; 0: as many as the pass rate so far predicts are missing (generated samples
+    then stay near kept / pass rate, as BroRL Tables 1-2 imply); prompts_per_step: DAPO's full batches."""
+    mini_batches: int = 1
+    """PPO mini-batches (optimizer steps) per RL step; the rollouts are reused, so ratios leave 1 from the
+    second one on (ProRL v1: 4 [paper]). BroRL keeps their number fixed as N grows [paper]."""
+    micro_batch_size: int = 64
+    """Completions per forward/backward pass (memory only; the largest divisor of the mini-batch not above
+    this is used)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay ([pilot]: 0; NeMo's inherited default 0.01)."""
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    """AdamW betas ([pilot])."""
+    max_grad_norm: float = 1.0
+    """Gradient-norm clip ([pilot])."""
+    reset_optimizer: bool = False
+    """At the stage start: False keeps the previous stage's AdamW moments when ``<init_model_dir>/optimizer.pt``
+    exists (ProRLv2 reference reset [paper]); True starts AdamW fresh (ProRL v1 hard reset [paper])."""
+    generation_engine: str = "shared_prompt"
+    """``shared_prompt``: prefill each prompt once and share its KV cache over the N samples (brorl.models);
+    ``hf``: TRL's ``model.generate``; ``vllm``: TRL's vLLM path (GPU only)."""
+    vllm_importance_sampling: bool = True
+    """With vLLM rollouts, correct the engine/trainer mismatch by importance sampling (ProRLv2 [paper])."""
+    vllm_is_mode: str = "token_mask"
+    """TRL ``vllm_importance_sampling_mode``; ``token_mask`` is NeMo's ``icepop`` [nemo]."""
+    vllm_is_min: float = 0.5
+    """Lower bound on the engine ratio ([nemo] truncated_importance_sampling_ratio_min)."""
+    vllm_is_max: float = 5.0
+    """Upper bound on the engine ratio ([nemo] truncated_importance_sampling_ratio)."""
+    max_completion_length: int = 0
+    """New tokens per completion (0: ``brorl.tasks.max_new_tokens`` of the trained families)."""
+    tasks: tuple[str, ...] = ()
+    """Task families trained on (empty: every family under ``data_dir``)."""
+    probe_every: int = 10
+    """Steps between exact probes (Q_pos on validation prompts, multi-answer mass); 0: only at the end."""
+    probe_prompts: int = 200
+    """Validation prompts per family used by the probes (the first ones of each file)."""
+    checkpoint_every: int = 10
+    """Steps between resumable checkpoints (the last step always gets one)."""
+    keep_checkpoints: bool = False
+    """Keep ``<out_dir>/checkpoints`` after the stage has finished (removed by default)."""
+    chunk_samples: int = 1024
+    """Completions per shared-prompt sampler call ([pilot]: 1-2k per call fastest on 2 cores)."""
+    seed: int = 0
+    """Prompt order, refill draws and sampling."""
+    threads: int = 2
+    """torch intra-op threads (0: leave torch's default)."""
+
+    def __post_init__(self):
+        def bad(key, msg):
+            raise ValueError(f"{key}: {msg} (got {getattr(self, key)!r})")
+
+        if self.n_rollouts < 2:
+            bad("n_rollouts", "needs at least 2 rollouts per prompt (a group baseline needs two samples)")
+        if self.prompts_per_step < 1:
+            bad("prompts_per_step", "must be >= 1")
+        if self.mini_batches < 1:
+            bad("mini_batches", "must be >= 1")
+        if self.prompts_per_step % self.mini_batches:
+            bad("mini_batches", f"must divide prompts_per_step = {self.prompts_per_step} so that every PPO "
+                                "mini-batch holds whole groups of n_rollouts samples")
+        if self.steps < 0:
+            bad("steps", "must be >= 0")
+        if self.sample_budget < 0:
+            bad("sample_budget", "must be >= 0")
+        if self.steps == 0 and self.sample_budget == 0:
+            bad("steps", "set steps or sample_budget")
+        if self.sample_budget and self.sample_budget < self.samples_per_step:
+            bad("sample_budget", f"is smaller than one step (prompts_per_step x n_rollouts = "
+                                 f"{self.samples_per_step} samples)")
+        if self.lr_rule not in LR_RULES:
+            bad("lr_rule", f"must be one of {LR_RULES}")
+        if not self.eta0 > 0:
+            bad("eta0", "must be > 0")
+        if self.b0 < 1:
+            bad("b0", "must be >= 1")
+        if not 0 <= self.epsilon_low < 1:
+            bad("epsilon_low", "must lie in [0, 1)")
+        if self.epsilon_high < 0:
+            bad("epsilon_high", "must be >= 0")
+        if self.beta < 0:
+            bad("beta", "must be >= 0")
+        if not self.temperature > 0:
+            bad("temperature", "must be > 0")
+        if self.max_rounds < 1:
+            bad("max_rounds", "must be >= 1")
+        if self.round_prompts < 0:
+            bad("round_prompts", "must be >= 0")
+        if self.micro_batch_size < 1:
+            bad("micro_batch_size", "must be >= 1")
+        if self.generation_engine not in GENERATION_ENGINES:
+            bad("generation_engine", f"must be one of {GENERATION_ENGINES}")
+        if self.vllm_is_mode not in VLLM_IS_MODES:
+            bad("vllm_is_mode", f"must be one of {VLLM_IS_MODES}")
+        if not 0 <= self.vllm_is_min < self.vllm_is_max:
+            bad("vllm_is_min", f"must lie in [0, vllm_is_max = {self.vllm_is_max})")
+        if self.max_completion_length < 0:
+            bad("max_completion_length", "must be >= 0")
+        if self.probe_every < 0:
+            bad("probe_every", "must be >= 0")
+        if self.probe_prompts < 1:
+            bad("probe_prompts", "must be >= 1")
+        if self.checkpoint_every < 1:
+            bad("checkpoint_every", "must be >= 1")
+        if self.chunk_samples < 1:
+            bad("chunk_samples", "must be >= 1")
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "RLSettings":
+        d = dict(d or {})
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown RL settings: {sorted(unknown)}")
+        for key in ("adam_betas", "tasks"):
+            if key in d:
+                d[key] = tuple(d[key])
+        return cls(**d)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def samples_per_step(self) -> int:
+        """B: samples in the post-filter batch of one step (prompts_per_step x N)."""
+        return self.prompts_per_step * self.n_rollouts
+
+    @property
+    def max_steps(self) -> int:
+        """Steps this stage runs at most (a budget stops it earlier: every step generates >= B samples)."""
+        by_budget = self.sample_budget // self.samples_per_step if self.sample_budget else math.inf
+        return int(min(self.steps or math.inf, by_budget))
+
+    @property
+    def micro_batch(self) -> int:
+        """Completions per forward/backward: the largest divisor of the mini-batch <= micro_batch_size."""
+        mini = self.samples_per_step // self.mini_batches
+        return max(d for d in range(1, min(mini, self.micro_batch_size) + 1) if mini % d == 0)

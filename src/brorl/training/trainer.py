@@ -1,0 +1,374 @@
+"""The BroRL / ProRLv2 algorithm on TRL's ``GRPOTrainer`` (trl 1.16), in one module.
+
+The recipe (BroRL §3.1 and the ProRLv2 post; ``shared/brief/paper.md`` §3 and §6), per RL step:
+
+    rollout     N completions y_1..y_N ~ pi_old(.|x) for each prompt x                  (N = n_rollouts)
+    filter      keep x iff its N rewards are not all equal: 0 < sum_i 1[y_i correct] < N (dynamic sampling)
+                and generate further rounds until the batch holds P kept prompts (at most max_rounds)
+    advantage   R~_i = R_i - mean_group(R),   A_i = (R~_i - mean_batch R~) / std_batch R~  (REINFORCE++-baseline,
+                over the kept batch)
+    loss        L = sum_t [ -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A) + beta k2_t ] / (#tokens)
+                r_t = pi_theta(y_t) / pi_old(y_t),  k2_t = 1/2 (log pi_theta(y_t) - log pi_ref(y_t))^2
+                (token-level mean as DAPO / TRL ``loss_type="dapo"``; clip-higher: eps_high > eps_low)
+    reference   pi_ref := the policy at the stage start; a new stage is the reference reset
+    rate        eta = eta0 sqrt(B / B0), B = P N samples per step (or constant)
+
+What TRL provides (used as is): the training loop (accelerate, AdamW, gradient accumulation, micro-batching,
+checkpoint save / resume of model, optimizer, scheduler, RNG and data position), generation (``_generate``:
+``model.generate`` or vLLM with its sampling log-probs), reward calls (``_calculate_rewards``), log-probs and
+entropies through its fused LM head (``_get_per_token_logps_and_entropies``), the reference model, and the vLLM
+truncated / masked importance-sampling options (passed through).
+
+What is built here, and why not on TRL's hooks:
+
+- **Dynamic sampling.** TRL generates, scores and normalises one fixed generation batch inside one method
+  (``_generate_and_score_completions``) and only logs zero-variance groups (``frac_reward_zero_std``). Filtering
+  must sit between scoring and normalisation and may take several generation rounds, so that method is
+  replaced below by one assembled from TRL's parts (text prompts only: no tools, images or environments).
+  The first round takes TRL's sampler batch; refill rounds draw prompts uniformly (seeded by seed, step and
+  round, so a resumed run redraws them without extra state), by default only as many as the pass rate so far
+  predicts are missing. The batch keeps TRL's fixed shape (prompts_per_step x N rows, split into micro-batches
+  by TRL): if the round cap is hit first, filtered-out groups fill it with zero loss weight.
+- **Advantages.** TRL's ``scale_rewards="batch"`` is ``(R - mean_group R) / std_batch(R)``: the std of the raw
+  rewards (within- plus between-group spread), over the whole generation batch including zero-variance
+  groups. REINFORCE++-baseline divides by the std of the group-centred rewards R~ over the kept batch. The two
+  differ by a per-batch factor; ``tests/test_training.py`` runs TRL's own code to show it.
+- **Loss.** TRL's KL is k3 (``exp(ref - logp) - (ref - logp) - 1``), hard-coded in ``_compute_loss``; ProRLv2
+  uses k2, so ``_compute_loss`` is rewritten (clip-higher surrogate + k2, TRL's "dapo" normaliser; TRL's
+  importance-weighted KL option ``use_bias_correction_kl`` is not applied).
+- **Shared-prompt generation** (``generation_engine="shared_prompt"``): TRL's HF path runs ``model.generate``
+  on the N repeated rows of each prompt (N prefills, no shared cache); ``brorl.models.sample_token_ids``
+  prefills each prompt once. 3.5-5x faster on the tiny model on CPU (``benchmarks/bench_generation.py``).
+- **Optimizer hand-over** between stages (kept or reset), crash-safe checkpoint marking.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import pad
+
+from brorl.models.sampling import sample_token_ids
+from brorl.training.settings import RLSettings
+
+CHECKPOINT_DONE = "brorl_checkpoint.json"  # written last: a checkpoint folder without it is incomplete
+
+
+# --------------------------------------------------------------------------------------- the algorithm
+
+def learning_rate(s: RLSettings) -> float:
+    """eta = eta0 sqrt(B / B0) with B = prompts_per_step x N samples (BroRL §3.1), or eta0."""
+    if s.lr_rule == "sqrt":
+        return s.eta0 * math.sqrt(s.samples_per_step / s.b0)
+    return s.eta0
+
+
+def group_has_signal(rewards: torch.Tensor) -> torch.Tensor:
+    """[G, N] rewards -> [G] bool: the N rewards are not all equal (0 < #correct < N for 0/1 rewards)."""
+    return rewards.max(dim=1).values != rewards.min(dim=1).values
+
+
+def reinforce_pp_advantages(rewards: torch.Tensor, n: int, eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE++-baseline: R~ = R - mean_group(R), A = (R~ - mean_batch R~) / std_batch(R~).
+
+    ``rewards`` is [G * N], groups contiguous; pass the batch *after* dynamic sampling. std is unbiased
+    (Bessel), as torch / NeMo / TRL's ``nanstd``."""
+    grouped = rewards.view(-1, n)
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).flatten()  # R~
+    return (centred - centred.mean()) / (centred.std() + eps)
+
+
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, eps_low: float,
+                      eps_high: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token PPO-clip loss -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) and the clipped-token masks."""
+    ratio = torch.exp(logp - old_logp)  # r_t = pi_theta / pi_old
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
+    loss = -torch.min(ratio * adv, clipped * adv)
+    low = (ratio < 1 - eps_low) & (adv < 0)  # the clip is active: no gradient from these tokens
+    high = (ratio > 1 + eps_high) & (adv > 0)
+    return loss, low, high
+
+
+def k2_kl(logp: torch.Tensor, ref_logp: torch.Tensor, input_clamp: float = 20.0,
+          output_clamp: float = 10.0) -> torch.Tensor:
+    """k2 = 1/2 (log pi - log pi_ref)^2 per token (ProRLv2), clamped as NeMo (kl_input / output_clamp_value)."""
+    d = torch.clamp(logp - ref_logp, -input_clamp, input_clamp)
+    return torch.clamp(0.5 * d * d, max=output_clamp)
+
+
+@dataclass
+class DynamicSamplingResult:
+    kept: list
+    """Groups with signal, at most ``needed``, in generation order."""
+    filler: list
+    """Groups without signal that pad the batch to ``needed`` when the round cap is hit (trained with zero
+    loss weight, so the batch keeps TRL's fixed shape)."""
+    rounds: int
+    generated_groups: int
+    passing_groups: int
+
+    @property
+    def pass_rate(self) -> float:
+        """dynamic_sampling_pass_rate = groups with signal / groups generated (BroRL Table 2)."""
+        return self.passing_groups / max(self.generated_groups, 1)
+
+
+def refill_prompts(missing: int, passing: int, generated: int, cap: int) -> int:
+    """Prompts for the next round: as many as the pass rate so far predicts will fill the batch (1..cap)."""
+    if passing == 0:
+        return cap
+    return max(1, min(cap, math.ceil(missing * generated / passing)))
+
+
+def dynamic_sampling(generate_round: Callable[[int, int], tuple[torch.Tensor, list]], needed: int,
+                     max_rounds: int, enabled: bool = True, round_prompts: int = 0) -> DynamicSamplingResult:
+    """DAPO dynamic sampling: call ``generate_round(r, prompts) -> (rewards [G, N], G groups)`` for r = 0, 1, ...
+    until ``needed`` groups with signal are collected or ``max_rounds`` rounds have run; extra kept groups are
+    discarded. Round 0 has ``needed`` prompts; refills ``round_prompts`` (DAPO: ``needed``) or, with 0, the
+    :func:`refill_prompts` estimate, so that generated samples stay close to kept / pass rate (the ratio
+    BroRL Tables 1-2 imply). Disabled: one round, every group kept (the pass rate is still counted)."""
+    kept, dropped, generated, passing, rounds = [], [], 0, 0, 0
+    for rounds in range(1, (max_rounds if enabled else 1) + 1):
+        size = needed if rounds == 1 else (round_prompts or refill_prompts(needed - len(kept), passing, generated,
+                                                                            needed))
+        rewards, groups = generate_round(rounds - 1, size)
+        signal = group_has_signal(rewards).tolist()
+        generated += len(groups)
+        passing += sum(signal)
+        for group, ok in zip(groups, signal):
+            (kept if ok or not enabled else dropped).append(group)
+        if len(kept) >= needed:
+            break
+    kept = kept[:needed]
+    return DynamicSamplingResult(kept, dropped[: needed - len(kept)], rounds, generated, passing)
+
+
+# --------------------------------------------------------------------------------------- the trainer
+
+@dataclass
+class _Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampling_logps: list[float] | None
+    reward: float
+
+
+@dataclass
+class StageState:
+    """Stage bookkeeping saved with every checkpoint (``brorl_checkpoint.json``)."""
+
+    elapsed_s: float = 0.0
+    generated_samples: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class BroRLTrainer(GRPOTrainer):
+    """``GRPOTrainer`` with dynamic sampling, REINFORCE++-baseline advantages, clip-higher + k2 loss.
+
+    Extra arguments: ``settings`` (:class:`RLSettings`), ``init_optimizer`` (a path to a previous stage's
+    ``optimizer.pt`` whose AdamW moments are loaded unless ``settings.reset_optimizer``)."""
+
+    def __init__(self, *args, settings: RLSettings, init_optimizer: str | Path | None = None, **kwargs):
+        self.settings = settings
+        self.init_optimizer = init_optimizer
+        self.stage_state = StageState()
+        self.last_rollout: dict = {}
+        super().__init__(*args, **kwargs)
+
+    # ----- rollout: dynamic sampling over TRL's generation and reward calls
+    def _round_rows(self, round_index: int, size: int, first: list[dict]) -> list[dict]:
+        if round_index == 0:
+            return first  # TRL's RepeatSampler batch: prompts_per_step prompts, each repeated N times
+        s = self.settings
+        rng = np.random.default_rng([s.seed, 7331, self.state.global_step, round_index])
+        picks = rng.choice(len(self.train_dataset), size=min(size, len(self.train_dataset)), replace=False)
+        return [row for i in picks for row in [self.train_dataset[int(i)]] * self.num_generations]
+
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        s, n, device = self.settings, self.num_generations, self.accelerator.device
+        t_start = time.perf_counter()
+        timing = {"generation": 0.0}
+        all_rewards, all_lengths, truncated = [], [], 0
+
+        def generate_round(r, size):
+            rows = self._round_rows(r, size, inputs)
+            prompts = [x["prompt"] for x in rows]
+            self._sampler_seed = int(np.random.default_rng([s.seed, 4241, self.state.global_step, r]).integers(2**31))
+            # (the shared-prompt sampler's seed for this round; TRL's HF path uses the restored torch RNG)
+            t0 = time.perf_counter()
+            prompt_ids, completion_ids, _, completions, logps, _, _, _ = self._generate(prompts)
+            timing["generation"] += time.perf_counter() - t0
+            nonlocal truncated
+            all_lengths.extend(map(len, completion_ids))
+            truncated += sum(1 for c in completion_ids if c[-1:] != [self.eos_token_ids[0]])
+            per_func = self._calculate_rewards(rows, prompts, completions, completion_ids)
+            rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+            all_rewards.append(rewards)
+            samples = [_Sample(p, c, None if logps is None else logps[i], float(rw))
+                       for i, (p, c, rw) in enumerate(zip(prompt_ids, completion_ids, rewards.tolist()))]
+            return rewards.view(-1, n), [samples[g * n:(g + 1) * n] for g in range(len(samples) // n)]
+
+        ds = dynamic_sampling(generate_round, s.prompts_per_step, s.max_rounds, enabled=s.dynamic_sampling,
+                              round_prompts=s.round_prompts)
+        samples = [x for group in ds.kept + ds.filler for x in group]
+        n_kept = len(ds.kept) * n  # rows after that are filler: zero loss weight
+
+        # tensors (prompts left-padded, completions right-padded), as TRL lays them out
+        prompt_ids = pad([torch.tensor(x.prompt_ids) for x in samples], padding_value=self._tokenizer.pad_token_id,
+                         padding_side="left").to(device)
+        prompt_mask = pad([torch.ones(len(x.prompt_ids), dtype=torch.long) for x in samples], padding_value=0,
+                          padding_side="left").to(device)
+        completion_ids = pad([torch.tensor(x.completion_ids) for x in samples],
+                             padding_value=self._tokenizer.pad_token_id, padding_side="right").to(device)
+        completion_mask = pad([torch.ones(len(x.completion_ids), dtype=torch.long) for x in samples],
+                              padding_value=0, padding_side="right").to(device)
+        completion_mask[n_kept:] = 0
+        advantages = torch.zeros(len(samples), device=device)
+        if n_kept:
+            rewards = torch.tensor([x.reward for x in samples[:n_kept]], device=device)
+            advantages[:n_kept] = reinforce_pp_advantages(rewards, n)
+        out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
+               "completion_mask": completion_mask, "advantages": advantages,
+               "num_items_in_batch": completion_mask.sum()}
+
+        # old / reference / engine log-probs of the kept batch (TRL's rules for when each is needed)
+        ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attn = torch.cat([prompt_mask, completion_mask], dim=1)
+        keep, mb = completion_ids.size(1), self.args.per_device_train_batch_size
+        with torch.no_grad():
+            generate_every = self.args.steps_per_generation * self.num_iterations
+            use_is = self.use_vllm and self.vllm_importance_sampling_correction
+            if self.args.gradient_accumulation_steps % generate_every != 0 or use_is:
+                out["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    self.model, ids, attn, keep, batch_size=mb)[0]
+            if self.beta != 0.0:
+                out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
+                    self.ref_model, ids, attn, keep, batch_size=mb)[0]
+            if use_is:
+                sampling = pad([torch.tensor([math.nan if v is None else v for v in x.sampling_logps])
+                                for x in samples], padding_value=0.0, padding_side="right").to(device)
+                out["importance_sampling_ratio"] = vllm_is_ratio(
+                    out["old_per_token_logps"], sampling, completion_mask, self.vllm_importance_sampling_mode,
+                    self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
+
+        # per-step rollout metrics (TRL's `log` averages each list over the logging window = one step)
+        rewards_all = torch.cat(all_rewards)
+        generated = int(rewards_all.numel())
+        lengths = completion_mask[:n_kept].sum(dim=1).float()
+        self.stage_state.generated_samples += generated
+        self.last_rollout = {
+            "reward_mean": rewards_all.mean().item(), "reward_std": rewards_all.std().item(),
+            "dynamic_sampling_pass_rate": ds.pass_rate, "generation_rounds": ds.rounds,
+            "generated_samples": generated, "kept_prompts": len(ds.kept), "kept_samples": n_kept,
+            "kept_reward_mean": float(np.mean([x.reward for x in samples[:n_kept]])) if n_kept else math.nan,
+            "response_length_mean": float(np.mean(all_lengths)), "truncated_fraction": truncated / generated,
+            "kept_response_length": lengths.mean().item() if n_kept else math.nan,
+            "train_tokens": int(attn[:n_kept].sum()),
+            "generation_seconds": timing["generation"],
+            "generation_samples_per_s": generated / max(timing["generation"], 1e-9),
+            "rollout_seconds": time.perf_counter() - t_start}
+        for key, value in self.last_rollout.items():
+            self._metrics["train"][key].append(value)
+        return out
+
+    # ----- shared-prompt generation (the N rows of a group share one prefilled prompt)
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self.settings.generation_engine != "shared_prompt" or self.use_vllm or not self.model.training:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        n = num_generations
+        heads = [list(prompt_ids[i]) for i in range(0, len(prompt_ids), n)]
+        if any(list(prompt_ids[g * n + j]) != heads[g] for g in range(len(heads)) for j in range(n)):
+            raise RuntimeError("shared-prompt generation needs each prompt's N rows to be contiguous")
+        eos, pad_id = self.eos_token_ids[0], self._tokenizer.pad_token_id
+        model = self.accelerator.unwrap_model(self.model)
+        blocks = sample_token_ids(model, heads, n, self.max_completion_length, eos, pad_id,
+                                  temperature=self.temperature, seed=getattr(self, "_sampler_seed", 0),
+                                  chunk_samples=self.settings.chunk_samples)
+        completion_ids = []
+        for block in blocks:
+            for row in block.tolist():
+                completion_ids.append(row[: row.index(eos) + 1] if eos in row else row)  # up to and with eos
+        return completion_ids, None
+
+    # ----- loss: token-level clip-higher PPO + beta k2
+    def _compute_loss(self, model, inputs):
+        s = self.settings
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        keep = inputs["completion_ids"].size(1)
+        mask = inputs["completion_mask"].float()
+        logp, entropy, _ = self._get_per_token_logps_and_entropies(model, ids, attn, keep, compute_entropy=True)
+        old = inputs.get("old_per_token_logps")
+        old = logp.detach() if old is None else old  # on-policy first mini-batch: r_t = 1, gradient A grad log pi
+        adv = inputs["advantages"].unsqueeze(1)
+        per_token, low, high = clipped_surrogate(logp, old, adv, s.epsilon_low, s.epsilon_high)
+        if "importance_sampling_ratio" in inputs:  # vLLM engine mismatch correction (TRL's option)
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        if self.beta != 0.0:
+            kl = k2_kl(logp, inputs["ref_per_token_logps"])
+            per_token = per_token + self.beta * kl
+        # token-level mean over the mini-batch (TRL's "dapo" normaliser: the step's tokens / mini-batches)
+        normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+        normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+        loss = (per_token * mask).sum() / normalizer
+
+        def masked_mean(x):
+            return ((x.float() * mask).sum() / mask.sum().clamp(min=1.0)).item()
+
+        metrics = self._metrics["train"]
+        metrics["entropy"].append(masked_mean(entropy))
+        metrics["kl"].append(masked_mean(kl) if self.beta != 0.0 else 0.0)
+        metrics["clip_ratio/low_mean"].append(masked_mean(low))
+        metrics["clip_ratio/high_mean"].append(masked_mean(high))
+        metrics["clip_ratio/region_mean"].append(masked_mean(low | high))
+        return loss
+
+    # ----- optimizer hand-over between stages, crash-safe checkpoints
+    def create_scheduler(self, num_training_steps, optimizer=None):
+        # runs once the optimizer exists and before a resumed checkpoint's optimizer state is loaded over it
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if self.init_optimizer and not self.settings.reset_optimizer and Path(self.init_optimizer).exists():
+            # keep the previous stage's AdamW moments (ProRLv2); the learning rates stay this stage's
+            sd = self.optimizer.state_dict()
+            sd["state"] = torch.load(self.init_optimizer, map_location="cpu", weights_only=True)["state"]
+            self.optimizer.load_state_dict(sd)
+        return scheduler
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)  # model, optimizer, scheduler, RNG, trainer_state (data position)
+        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+        state = {"global_step": self.state.global_step, "elapsed_s": self.stage_state.elapsed_s,
+                 "generated_samples": self.stage_state.generated_samples, "extra": self.stage_state.extra}
+        tmp = folder / (CHECKPOINT_DONE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        os.replace(tmp, folder / CHECKPOINT_DONE)
+        for old in folder.parent.glob("checkpoint-*"):  # keep only the newest complete checkpoint
+            if old != folder and old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def vllm_is_ratio(old_logps, sampling_logps, mask, mode: str, clip_min, clip_max) -> torch.Tensor:
+    """TRL's vLLM importance-sampling ratio pi_trainer / pi_engine, truncated or masked (same rules as
+    ``GRPOTrainer._generate_and_score_completions``)."""
+    diff = torch.nan_to_num((old_logps - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("truncate"):
+        return torch.clamp(ratio, min=clip_min, max=clip_max)
+    lo = -math.inf if clip_min is None else clip_min
+    hi = math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < lo) | (ratio > hi), 0.0)
