@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 
 
-def _check_keys(cls, d: dict, what: str) -> dict:
-    known = {f.name for f in fields(cls)}
-    unknown = set(d) - known
-    if unknown:
-        raise ValueError(f"unknown {what} settings: {sorted(unknown)}")
-    return dict(d)
+from brorl.settings import settings_kwargs
 
 
 @dataclass(frozen=True)
@@ -41,7 +36,7 @@ class ModelSettings:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "ModelSettings":
-        return cls(**_check_keys(cls, d or {}, "model"))
+        return cls(**settings_kwargs(cls, d, "model"))
 
 
 @dataclass(frozen=True)
@@ -114,12 +109,9 @@ class SFTSettings:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "SFTSettings":
-        d = _check_keys(cls, d or {}, "SFT")
+        d = settings_kwargs(cls, d, "SFT")
         if "model" in d and not isinstance(d["model"], ModelSettings):
             d["model"] = ModelSettings.from_dict(d["model"])
-        for key in ("betas", "select_tasks", "select_band"):
-            if key in d:
-                d[key] = tuple(d[key])
         return cls(**d)
 
     def to_dict(self) -> dict:
@@ -143,4 +135,4 @@ class DifficultySettings:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "DifficultySettings":
-        return cls(**_check_keys(cls, d or {}, "difficulty"))
+        return cls(**settings_kwargs(cls, d, "difficulty"))

@@ -25,12 +25,13 @@ import hashlib
 import json
 import os
 import zlib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 
+from brorl.settings import settings_kwargs
 from brorl.tasks.families import FAMILIES, max_answer_chars
 
 SPLITS = ("train", "validation", "test")
@@ -90,15 +91,7 @@ class TaskSettings:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "TaskSettings":
-        d = dict(d or {})
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown task settings: {sorted(unknown)}")
-        for key in ("tasks", "probe_divisors"):
-            if key in d:
-                d[key] = tuple(d[key])
-        return cls(**d)
+        return cls(**settings_kwargs(cls, d, "task"))
 
     def to_dict(self) -> dict:
         return asdict(self)

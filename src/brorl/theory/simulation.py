@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from brorl.settings import settings_kwargs
 
 METRICS = ("q_pos", "frac_correct_improved", "worst_correct_delta")
 CSV_COLUMNS = ("n_rollouts", "seed", "step") + METRICS
@@ -76,15 +78,7 @@ class SimulationSettings:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SimulationSettings":
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"unknown simulation settings: {sorted(unknown)}")
-        d = dict(d)
-        for key in ("betas", "n_rollouts", "seeds"):
-            if key in d:
-                d[key] = tuple(d[key])
-        return cls(**d)
+        return cls(**settings_kwargs(cls, d, "simulation"))
 
     @property
     def anchor_index(self) -> int:

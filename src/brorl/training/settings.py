@@ -8,7 +8,9 @@ Values marked [paper] come from BroRL / ProRLv2 (see ``shared/brief/paper.md`` Â
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
+
+from brorl.settings import settings_kwargs
 
 LR_RULES = ("sqrt", "constant")
 GENERATION_ENGINES = ("shared_prompt", "hf", "vllm")
@@ -160,14 +162,7 @@ class RLSettings:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "RLSettings":
-        d = dict(d or {})
-        unknown = set(d) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown RL settings: {sorted(unknown)}")
-        for key in ("adam_betas", "tasks"):
-            if key in d:
-                d[key] = tuple(d[key])
-        return cls(**d)
+        return cls(**settings_kwargs(cls, d, "RL"))
 
     def to_dict(self) -> dict:
         return asdict(self)
