@@ -9,8 +9,8 @@ min_version("9.27")
 
 
 # The default profile applies only when no --configfile is given: a --configfile (paper, study, ci) is the
-# whole config of the run, never merged into the tiny defaults.
-if not config:
+# whole config of the run, never merged into the tiny defaults. --config KEY=VALUE overrides either.
+if not workflow.overwrite_configfiles:
 
     configfile: "config/config.yaml"
 

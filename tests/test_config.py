@@ -103,3 +103,14 @@ def test_cli_validate_config(tmp_path):
     assert "config.yaml: valid" in proc.stdout
     assert "n_rollouts[0]" in proc.stderr
     assert Path(path).exists()
+
+
+def test_command_line_overrides_apply_to_the_default_profile():
+    """`--config KEY=VALUE` without --configfile overrides the tiny defaults (and is validated too)."""
+    proc = subprocess.run(
+        ["snakemake", "-n", "--cores", "1", "--config", "profile=huge"],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "profile: 'huge' is not one of" in text
+    assert "required key is missing" not in text  # the rest still comes from config/config.yaml
