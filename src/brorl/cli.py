@@ -55,7 +55,7 @@ def cmd_validate_config(args) -> int:
 def cmd_theory_simulate(args) -> int:
     import mlflow
 
-    from brorl.theory.simulation import SimulationSettings, results_frame, run_grid
+    from brorl.theory.simulation import METRICS, SimulationSettings, results_frame, run_grid
     from brorl.tracking import log_curves
 
     settings = SimulationSettings.from_dict(json.loads(args.config))
@@ -69,7 +69,7 @@ def cmd_theory_simulate(args) -> int:
         means = frame.groupby(["n_rollouts", "step"]).mean(numeric_only=True)
         curves = {}
         for n in settings.n_rollouts:
-            for metric in ("q_pos", "frac_correct_improved", "worst_correct_delta"):
+            for metric in METRICS:
                 curves[f"{metric}/n{n}"] = means.loc[n][metric].tolist()
         log_curves(curves)
         mlflow.log_metric("wall_seconds", seconds)

@@ -117,6 +117,16 @@ def mass_balance(p, correct, counts, r_c: float = 1.0, r_w: float = -1.0, eta: f
     return MassBalance(t_a, t_b, t_u, t_a + t_b + t_u, exact, q_pos, s_r, a2, b2, u_pos2, u_neg2)
 
 
+def unsampled_probability(p, n) -> np.ndarray:
+    """P(a token is never drawn in N i.i.d. draws) = (1 - p_i)^N, shape ``n.shape + p.shape``.
+
+    Computed as exp(N log1p(-p)) to stay accurate for tiny p and huge N.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    log_miss = np.log1p(-np.clip(p, 0.0, 1.0 - 1e-300))
+    return np.exp(np.multiply.outer(np.asarray(n, dtype=np.float64), log_miss))
+
+
 def expected_unsampled_second_moments(p, correct, n) -> tuple[np.ndarray, np.ndarray]:
     """Lemma 2: E[U_pos2] and E[U_neg2] = sum p_i^2 (1 - p_i)^N over correct / incorrect tokens.
 
@@ -124,10 +134,7 @@ def expected_unsampled_second_moments(p, correct, n) -> tuple[np.ndarray, np.nda
     """
     p = np.asarray(p, dtype=np.float64)
     correct = np.asarray(correct, dtype=bool)
-    n_arr = np.asarray(n, dtype=np.float64)
-    # (1 - p)^N computed as exp(N log1p(-p)) to stay accurate for tiny p and huge N.
-    log_miss = np.log1p(-np.clip(p, 0.0, 1.0 - 1e-300))
-    weight = np.exp(np.multiply.outer(n_arr, log_miss)) * (p * p)
+    weight = unsampled_probability(p, n) * (p * p)
     return weight[..., correct].sum(-1), weight[..., ~correct].sum(-1)
 
 

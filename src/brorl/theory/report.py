@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from brorl.theory.mass_balance import expected_unsampled_second_moments
+from brorl.theory.mass_balance import expected_unsampled_second_moments, unsampled_probability
 from brorl.theory.simulation import METRICS, SimulationSettings
 
 PANELS = {
@@ -179,7 +179,7 @@ def lemma2_table(settings: SimulationSettings, n_values) -> pd.DataFrame:
     q_pos = float(p[correct].sum())
     n_arr = np.asarray(n_values, dtype=float)
     u_pos2, u_neg2 = expected_unsampled_second_moments(p, correct, n_arr)
-    miss = np.exp(np.multiply.outer(n_arr, np.log1p(-p)))  # P(token unsampled) = (1 - p)^N
+    miss = unsampled_probability(p, n_arr)
     e_ppos = (p * (1 - miss))[:, correct].sum(-1)
     e_pneg = (p * (1 - miss))[:, ~correct].sum(-1)
     e_sr = settings.reward_correct * e_ppos + settings.reward_incorrect * e_pneg
@@ -221,7 +221,7 @@ def lemma2_thresholds(settings: SimulationSettings) -> dict[str, int | None]:
         return q_pos * u_neg2 >= (1 - q_pos) * u_pos2
 
     def all_correct_sampled(n):
-        return float(np.exp(n * np.log1p(-p[correct])).sum()) < 1.0
+        return float(unsampled_probability(p[correct], n).sum()) < 1.0
 
     return {"n_coupling_nonnegative": _smallest_n(coupling_nonneg),
             "n_expected_unsampled_correct_below_1": _smallest_n(all_correct_sampled)}
@@ -244,8 +244,9 @@ def sweep_table(frame: pd.DataFrame, settings: SimulationSettings) -> pd.DataFra
 
 def smallest_n_no_loss(table: pd.DataFrame, column: str) -> int | None:
     """Smallest swept N from which on (for it and every larger swept N) no seed has a negative value."""
-    ok = (table.sort_values("n_rollouts")[column] >= 0).to_numpy()
-    ns = table.sort_values("n_rollouts")["n_rollouts"].to_numpy()
+    ordered = table.sort_values("n_rollouts")
+    ok = (ordered[column] >= 0).to_numpy()
+    ns = ordered["n_rollouts"].to_numpy()
     for i in range(len(ns)):
         if ok[i:].all():
             return int(ns[i])
