@@ -22,6 +22,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/theory.smk"
 include: "workflow/rules/fetch.smk"
 include: "workflow/rules/models.smk"
+include: "workflow/rules/training.smk"
 include: "workflow/rules/tracking.smk"
 
 
@@ -31,5 +32,7 @@ rule all:
         FETCH_MANIFESTS,
         DATA_OUTPUTS,
         MODEL_OUTPUTS,
+        TRAIN_OUTPUTS,
+        ARM_CHECKPOINTS,
         DVC_FILES,
     default_target: True

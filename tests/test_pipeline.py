@@ -25,7 +25,8 @@ CI_CONFIG = "tests/configs/ci_run.yaml"  # written by the fixture: ci.yaml + a s
 REPO_ID = "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RULE_RUNS = ("theory_simulation", "theory_figure3", "theory_extended_sweep", "fetch_checkpoint",
-             "paper_data_blend", "tiny_tasks", "sft", "difficulty_sft")
+             "paper_data_blend", "tiny_tasks", "sft", "difficulty", "prorl_stage", "train_arm", "train_summary")
+RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3}  # sft + prorl; arms n4, n16, schedule x 1 seed
 GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
 
 
@@ -63,7 +64,7 @@ def project(tmp_path_factory):
              "tokenizer/tokenizer.json": b"{}"}
     write_local_snapshot(hub, REPO_ID, "main", COMMIT, files)
     cfg = yaml.safe_load((work / "tests/configs/ci.yaml").read_text())
-    cfg["checkpoints"] = {"source": str(hub), "fetch": {"prorl": {"repo_id": REPO_ID, "revision": "main"}}}
+    cfg["checkpoints"] = {"source": str(hub), "fetch": {"prorl_hub": {"repo_id": REPO_ID, "revision": "main"}}}
     (work / CI_CONFIG).write_text(yaml.safe_dump(cfg))
     sh(["git", "init", "-q"], work)
     sh(GIT + ["add", "-A"], work)
@@ -100,9 +101,9 @@ def test_mlflow_has_one_tagged_run_per_rule(project):
     runs = client.search_runs([exp.experiment_id])
     by_rule = {r.data.tags["rule"]: r for r in runs}
     assert set(by_rule) == set(RULE_RUNS)
-    assert len(runs) == len(RULE_RUNS)
+    assert len(runs) == sum(RUNS_PER_RULE.get(rule, 1) for rule in RULE_RUNS)
     fetch = by_rule["fetch_checkpoint"]
-    assert fetch.data.tags["commit"] == COMMIT and json.loads(fetch.data.tags["wildcards"]) == {"name": "prorl"}
+    assert fetch.data.tags["commit"] == COMMIT and json.loads(fetch.data.tags["wildcards"]) == {"name": "prorl_hub"}
     assert fetch.data.params["resolved.commit"] == COMMIT and fetch.data.metrics["n_files"] == 3
     head = sh(["git", "rev-parse", "HEAD"], work).stdout.strip()
     for run in runs:
@@ -144,8 +145,8 @@ def _digest(folder: Path) -> dict:
 
 def test_fetched_checkpoint_has_manifest_and_is_verified_on_rerun(project):
     work = project["work"]
-    model = work / "resources/models/prorl"
-    manifest = json.loads((work / "resources/models/prorl.manifest.json").read_text())
+    model = work / "resources/models/prorl_hub"
+    manifest = json.loads((work / "resources/models/prorl_hub.manifest.json").read_text())
     assert manifest["commit"] == COMMIT and manifest["repo_id"] == REPO_ID
     assert {f["path"]: f["sha256"] for f in manifest["files"]} == {
         rel: hashlib.sha256(data).hexdigest() for rel, data in project["files"].items()}
@@ -153,7 +154,7 @@ def test_fetched_checkpoint_has_manifest_and_is_verified_on_rerun(project):
     cfg = json.dumps({"repo_id": REPO_ID, "revision": "main", "source": str(project["hub"])})
     cmd = ["brorl", "fetch-model", "--rule", "fetch_checkpoint", "--profile", "ci", "--config", cfg,
            "--tracking", json.dumps({"experiment": "brorl-ci-refetch"}), "--dest", str(model),
-           "--manifest", str(work / "resources/models/prorl.manifest.json")]
+           "--manifest", str(work / "resources/models/prorl_hub.manifest.json")]
     assert "verified" in sh(cmd, work).stdout
     # A damaged file stops the fetch, names the file, and the folder is left as it is (never repaired).
     target = model / "model.safetensors"
@@ -197,8 +198,9 @@ def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     assert (work / "results/theory.dvc").exists()
     assert any(project["remote"].rglob("*")), "nothing was pushed to the DVC remote"
     dvc_files = [str(p.relative_to(work)) for p in work.rglob("*.dvc") if p.is_file()]
-    assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl.dvc",
-            "resources/models/sft.dvc"} <= set(dvc_files)
+    assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl_hub.dvc",
+            "resources/models/sft.dvc", "resources/models/prorl.dvc", "results/train.dvc",
+            "resources/checkpoints.dvc"} <= set(dvc_files)
     sh(GIT + ["add", *dvc_files, "results/.gitignore", "resources/models/.gitignore"], work)
     sh(GIT + ["commit", "-qm", "track outputs"], work)
     clone = root / "clone"
@@ -206,7 +208,8 @@ def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     assert not (clone / "results/theory/simulation.csv").exists()
     sh(["dvc", "remote", "modify", "--local", "local", "url", str(project["remote"])], clone)
     sh(["brorl", "pull", "--configfile", CI_CONFIG], clone)
-    for folder in ("results/theory", "results/data", "resources/models/prorl", "resources/models/sft"):
+    for folder in ("results/theory", "results/data", "resources/models/prorl_hub", "resources/models/sft",
+                   "resources/models/prorl", "results/train", "resources/checkpoints/n4/seed0"):
         assert _digest(clone / folder) == _digest(work / folder), folder
     dry = sh(["snakemake", "-n", "--configfile", CI_CONFIG], clone)
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -240,7 +243,29 @@ def test_mlflow_ui_serves_the_runs(project):
                                      data=json.dumps({"experiment_ids": [exp_id]}).encode(),
                                      headers={"Content-Type": "application/json"})
         runs = json.loads(urllib.request.urlopen(req, timeout=10).read())["runs"]
-        assert len(runs) == len(RULE_RUNS)
+        assert len(runs) == sum(RUNS_PER_RULE.get(rule, 1) for rule in RULE_RUNS)
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
+
+
+def test_training_stage_arms_and_summary(project):
+    import pandas as pd
+
+    work = project["work"]
+    prorl = json.loads((work / "results/train/prorl/summary.json").read_text())
+    assert prorl["stopped"] in (["plateau"], ["max_steps"]) and 1 <= prorl["steps"] <= 3
+    assert (work / "resources/models/prorl/config.json").exists()
+    for arm in ("n4", "n16", "schedule"):
+        folder = work / f"results/train/{arm}/seed0"
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["generated_samples"] >= 32  # at least one step ...
+        assert summary["sample_budget"] <= 64       # ... within the equal budget
+        rows = pd.read_csv(folder / "metrics.csv")
+        assert rows["arm_generated_samples"].is_monotonic_increasing
+        assert (work / f"resources/checkpoints/{arm}/seed0/model.safetensors").exists()
+    sched = pd.read_csv(work / "results/train/schedule/seed0/metrics.csv")
+    assert sorted(sched["stage_n_rollouts"].unique()) == [4, 16]
+    md = (work / "results/train/summary.md").read_text()
+    assert "ProRL stalls" in md and "pass rate rises with N" in md and "| n16 |" in md
+    assert (work / "results/data/difficulty_prorl.csv").exists()

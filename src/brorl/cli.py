@@ -232,6 +232,59 @@ def cmd_difficulty(args) -> int:
     return 0
 
 
+def cmd_train_arm(args) -> int:
+    """One training arm and seed (or the ProRL stage, ``--arm prorl``): resumable stages -> HF folder + metrics."""
+    import mlflow
+
+    from brorl.tracking import log_curves
+    from brorl.training.arms import plan, prorl_settings, run_arm
+
+    rl = json.loads(args.config)
+    stages = [prorl_settings(rl)] if args.arm == "prorl" else plan(rl, seed=args.seed)[args.arm]
+    params = {f"stage{k}.{key}": value for k, st in enumerate(stages) for key, value in st.items()}
+    with _run(args, params=params) as run:
+        Path(args.results).mkdir(parents=True, exist_ok=True)
+        (Path(args.results) / "mlflow_run_id").write_text(run.info.run_id + "\n")
+        summary = run_arm(args.init, args.data, args.work, stages, args.model_out, args.results,
+                          arm=args.arm, seed=args.seed)
+        from brorl.training.stage import read_metrics
+
+        rows = read_metrics(args.results)
+        curves = {}
+        for key in ("reward_mean", "dynamic_sampling_pass_rate", "generated_samples", "kept_prompts",
+                    "generation_samples_per_s", "training_tokens_per_s", "entropy", "kl", "clip_ratio_low",
+                    "clip_ratio_high", "response_length_mean", "wall_time_s", "arm_generated_samples",
+                    "learning_rate", "loss", "grad_norm"):
+            curves[key] = [r[key] if r[key] is not None else float("nan") for r in rows]
+        log_curves(curves, step_offset=1)
+        for key in ("probe_q_pos_mean", "probe_q_pos_tail_mean", "probe_q_pos_zero_fraction",
+                    "probe_frac_correct_improved", "probe_worst_correct_delta"):
+            client = mlflow.MlflowClient()
+            run_id = mlflow.active_run().info.run_id
+            for r in rows:
+                if r[key] is not None:
+                    client.log_metric(run_id, key, r[key], step=int(r["arm_step"]))
+        mlflow.log_metrics(_numeric({k: v for k, v in summary.items() if k != "stage_summaries"}, "final/"))
+        for name in ("metrics.csv", "summary.json"):
+            mlflow.log_artifact(str(Path(args.results) / name))
+    return 0
+
+
+def cmd_train_summary(args) -> int:
+    """results/train/summary.md (+ csv, figure) over every arm and seed."""
+    import mlflow
+
+    from brorl.training.report import training_summary
+
+    with _run(args):
+        out = training_summary(args.results, args.md, args.csv, args.png, prorl_dir=args.prorl)
+        mlflow.log_metrics(_numeric(out["metrics"]))
+        for path in (args.md, args.csv, args.png):
+            mlflow.log_artifact(path)
+    print(f"[train-summary] wrote {args.md}")
+    return 0
+
+
 def _numeric(d, prefix: str = "") -> dict[str, float]:
     """Flatten a nested dict of numbers into MLflow metric names (keys sanitised)."""
     out = {}
@@ -335,6 +388,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png", required=True)
     p.add_argument("--title", default="checkpoint")
     p.set_defaults(func=cmd_difficulty)
+
+    p = sub.add_parser("train-arm", help="an RL arm (or the ProRL stage) from a checkpoint; resumable")
+    _rule_args(p)
+    p.add_argument("--arm", required=True, help="prorl, n<N> or schedule")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", required=True, help="starting HF model folder")
+    p.add_argument("--data", required=True)
+    p.add_argument("--work", required=True, help="stage work folder (checkpoints; kept when a job dies)")
+    p.add_argument("--model-out", required=True)
+    p.add_argument("--results", required=True, help="folder for metrics.csv, probe.npz, summary.json")
+    p.set_defaults(func=cmd_train_arm)
+
+    p = sub.add_parser("train-summary", help="results/train/summary.md over every arm and seed")
+    _rule_args(p)
+    p.add_argument("--results", required=True, help="results/train")
+    p.add_argument("--prorl", default=None, help="results folder of the ProRL stage")
+    p.add_argument("--md", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--png", required=True)
+    p.set_defaults(func=cmd_train_summary)
 
     p = sub.add_parser("init-tracking", help="create the MLflow store and experiment")
     p.add_argument("--tracking", default="{}")

@@ -81,6 +81,13 @@ def cross_field_errors(config: dict) -> list[str]:
         if isinstance(steps, int) and isinstance(s, int) and s > steps:
             errors.append(f"theory.summary_steps[{i}]: {s} is beyond theory.simulation.steps = {steps}"
                           f" [rule: summary step <= steps]")
+    if isinstance(config.get("rl"), dict):
+        from brorl.training.arms import plan_errors
+
+        errors += plan_errors(config["rl"])
+        if "prorl" in (config.get("checkpoints", {}).get("fetch") or {}):
+            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output when `rl` "
+                          "is set; fetch the hub checkpoint under another name [rule: one writer per folder]")
     return errors
 
 

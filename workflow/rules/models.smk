@@ -50,30 +50,33 @@ if TINY:
             "OMP_NUM_THREADS={threads} brorl sft --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
             " --tracking {params.tracking:q} --data results/data --out {output} 2>&1 | tee {log}"
 
-    rule difficulty_sft:
+    rule difficulty:
         input:
-            model="resources/models/sft",
+            model="resources/models/{model}",
             data=TASK_FILES,
         output:
-            csv="results/data/difficulty_sft.csv",
+            csv="results/data/difficulty_{model}.csv",
             png=report(
-                "results/data/difficulty_sft.png",
+                "results/data/difficulty_{model}.png",
                 category="Data",
-                caption="../report/difficulty_sft.rst",
+                caption="../report/difficulty.rst",
             ),
+        wildcard_constraints:
+            model="sft|prorl",
         params:
-            rule_name="difficulty_sft",
+            rule_name="difficulty",
             cfg=as_json({"difficulty": config["difficulty"], "tasks": config["tasks"]}),
             tracking=TRACKING,
             profile=PROFILE,
+            title=lambda wc: {"sft": "SFT warm start", "prorl": "ProRL stage (N=16 plateau)"}[wc.model],
         log:
-            "logs/data/difficulty_sft.log",
+            "logs/data/difficulty_{model}.log",
         benchmark:
-            "logs/benchmarks/difficulty_sft.tsv"
+            "logs/benchmarks/difficulty_{model}.tsv"
         threads: 2
         conda:
             "../envs/brorl.yaml"
         shell:
             "OMP_NUM_THREADS={threads} brorl difficulty --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --model {input.model} --data results/data --title 'SFT warm start'"
-            " --csv {output.csv} --png {output.png} 2>&1 | tee {log}"
+            " --tracking {params.tracking:q} --wildcard model={wildcards.model} --model {input.model} --data results/data"
+            " --title {params.title:q} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

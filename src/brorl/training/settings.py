@@ -90,6 +90,13 @@ class RLSettings:
     """Steps between exact probes (Q_pos on validation prompts, multi-answer mass); 0: only at the end."""
     probe_prompts: int = 200
     """Validation prompts per family used by the probes (the first ones of each file)."""
+    plateau_window: int = 0
+    """Plateau stop (the ProRL saturation stage): stop once the best validation pass@1 (exact: the mean Q_pos of
+    the probe prompts) of the last ``plateau_window`` probes is not above the best of all earlier probes by more
+    than ``plateau_delta``. 0: no plateau stop (``steps`` / ``sample_budget`` alone end the stage)."""
+    plateau_delta: float = 0.0
+    """Smallest gain in validation pass@1 that counts as improvement for the plateau stop."""
+    """Validation prompts per family used by the probes (the first ones of each file)."""
     checkpoint_every: int = 10
     """Steps between resumable checkpoints (the last step always gets one)."""
     keep_checkpoints: bool = False
@@ -155,6 +162,12 @@ class RLSettings:
             bad("probe_every", "must be >= 0")
         if self.probe_prompts < 1:
             bad("probe_prompts", "must be >= 1")
+        if self.plateau_window < 0:
+            bad("plateau_window", "must be >= 0")
+        if self.plateau_window and not self.probe_every:
+            bad("probe_every", "must be >= 1 when plateau_window is set (the plateau rule reads the probes)")
+        if self.plateau_delta < 0:
+            bad("plateau_delta", "must be >= 0")
         if self.checkpoint_every < 1:
             bad("checkpoint_every", "must be >= 1")
         if self.chunk_samples < 1:
@@ -171,6 +184,13 @@ class RLSettings:
     def samples_per_step(self) -> int:
         """B: samples in the post-filter batch of one step (prompts_per_step x N)."""
         return self.prompts_per_step * self.n_rollouts
+
+    def plateaued(self, history: list[float]) -> bool:
+        """The plateau rule on the validation pass@1 of the probes so far (oldest first)."""
+        w = self.plateau_window
+        if not w or len(history) <= w:
+            return False
+        return max(history[-w:]) <= max(history[:-w]) + self.plateau_delta
 
     @property
     def max_steps(self) -> int:

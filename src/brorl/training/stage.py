@@ -118,6 +118,17 @@ class Probes:
             os.replace(tmp, path)
         return self.summarize(self.q0, self.p0, q_multi)
 
+    def per_prompt(self, model, path: Path) -> np.ndarray:
+        """Exact per-prompt Q_pos of the single-answer probe prompts (saved to ``path`` with their ids)."""
+        if path.exists():
+            return np.load(path)["q_pos"]
+        q, p, q_multi = self._measure(model)
+        tmp = path.with_name(path.name + f".tmp{os.getpid()}.npz")
+        np.savez(tmp, q_pos=q, q_pos_start=self.q0, answer_probs=p, multi_q_pos=q_multi,
+                 ids=np.array([str(r.get("id", i)) for i, r in enumerate(self.single)]))
+        os.replace(tmp, path)
+        return q
+
     def measure(self, model) -> dict:
         q, p, q_multi = self._measure(model)
         return self.summarize(q, p, q_multi)
@@ -162,6 +173,14 @@ def _stage_callback(trainer, s: RLSettings, csv_path: Path, probes: Probes, t_se
                 control.should_training_stop = True
             if last_step or (s.probe_every and rl_step % s.probe_every == 0):
                 self.probe = probes.measure(trainer.model)
+                extra = trainer.stage_state.extra
+                extra.setdefault("probe_history", []).append(self.probe["probe_q_pos_mean"])
+                if not last_step and s.plateaued(extra["probe_history"]):
+                    extra["stopped"], extra["plateau_step"] = "plateau", rl_step
+                    log(f"plateau at step {rl_step}: best validation pass@1 of the last {s.plateau_window} "
+                        f"probes is not above the earlier best by more than {s.plateau_delta}")
+                    last_step = True
+                    control.should_training_stop = True
             if last_step:
                 control.should_save = True  # the final step always has a checkpoint
 
@@ -219,8 +238,19 @@ def _finished(s: RLSettings, state: dict | None) -> bool:
     """Whether a checkpoint's state is the stage's last step (a resumed trainer would run one step more)."""
     if state is None:
         return False
+    if state.get("extra", {}).get("stopped"):
+        return True
     return state["global_step"] >= s.max_steps * s.mini_batches or bool(
         s.sample_budget and state["generated_samples"] >= s.sample_budget)
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB (after a resume: of the resumed process)."""
+    import resource
+    import sys
+
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return kb / 2**20 if sys.platform == "darwin" else kb / 2**10
 
 
 def read_metrics(out_dir: str | Path) -> list[dict]:
@@ -243,8 +273,9 @@ def make_reward(records: list[dict], tokenizer):
 
 def _settings_key(s: RLSettings) -> str:
     d = s.to_dict()
-    for k in ("threads", "keep_checkpoints", "probe_every", "probe_prompts", "chunk_samples"):
-        d.pop(k)
+    for k in ("threads", "keep_checkpoints", "chunk_samples") + (() if s.plateau_window else
+                                                                 ("probe_every", "probe_prompts")):
+        d.pop(k)  # settings that cannot change the trained policy
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
@@ -328,10 +359,12 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
                                args=grpo_config(s, ckpt_dir, max_len), train_dataset=dataset,
                                processing_class=tokenizer, settings=s,
                                init_optimizer=init_model_dir / "optimizer.pt")
-        probes.baseline(trainer.model, out / "probe_baseline.npz")  # the stage-start policy
+        start = probes.baseline(trainer.model, out / "probe_baseline.npz")  # the stage-start policy
+        trainer.stage_state.extra["probe_history"] = [start["probe_q_pos_mean"]]
         if state is not None:
             trainer.stage_state.elapsed_s = state["elapsed_s"]
             trainer.stage_state.generated_samples = state["generated_samples"]
+            trainer.stage_state.extra = dict(state.get("extra", {}))
             _truncate_csv(csv_path, state["global_step"] // s.mini_batches)
             log(f"resuming from {resume} (step {state['global_step'] // s.mini_batches})")
         else:
@@ -352,14 +385,23 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
     model = AutoModelForCausalLM.from_pretrained(str(resume), local_files_only=True)
     rows = read_metrics(out) if csv_path.exists() else []
     final_probe = next((r for r in reversed(rows) if r.get("probe_q_pos_mean") is not None), {})
+    extra = state.get("extra", {})
+    steps_done = state["global_step"] // s.mini_batches
+    stopped = extra.get("stopped") or ("sample_budget" if s.sample_budget and state["generated_samples"]
+                                       >= s.sample_budget and steps_done < s.max_steps else "max_steps")
+    probe_start = probes.baseline(None, out / "probe_baseline.npz")
+    q_end = probes.per_prompt(model, out / "probe_end.npz")
     summary = {
-        "steps": state["global_step"] // s.mini_batches, "settings": s.to_dict(),
+        "steps": steps_done, "stopped": stopped, "plateau_step": extra.get("plateau_step"),
+        "settings": s.to_dict(), "validation_pass1_end": float(q_end.mean()) if q_end.size else math.nan,
         "learning_rate": learning_rate(s), "init_model_dir": str(init_model_dir), "model_dir": str(out / "model"),
         "generated_samples": state["generated_samples"], "wall_time_s": state["elapsed_s"],
         "dynamic_sampling_pass_rate": float(np.nanmean([r["dynamic_sampling_pass_rate"] for r in rows]))
         if rows else math.nan,
         "mean_step_seconds": float(np.nanmean([r["step_seconds"] for r in rows])) if rows else math.nan,
-        "probe_start": probes.baseline(None, out / "probe_baseline.npz"),
+        "peak_rss_mb": _peak_rss_mb(), "peak_cuda_mb": (torch.cuda.max_memory_allocated() / 2**20
+                                                         if torch.cuda.is_available() else None),
+        "probe_start": probe_start,
         "probe_end": {k: v for k, v in final_probe.items() if k.startswith("probe_")},
     }
     save_model_folder(model, tokenizer, out / "model", extra={"training_info.json": summary})

@@ -1,0 +1,206 @@
+"""The experiment's training plan: the ProRL saturation stage and the arms that continue from it.
+
+Config (``rl`` section, see ``config/config.yaml``)::
+
+    rl:
+      recipe:   {...}        # RLSettings shared by every stage (the ProRLv2 recipe)
+      prorl:    {...}        # the N=16 saturation stage (RLSettings on top of the recipe; a plateau rule)
+      arms:
+        seeds: [0, 1]
+        sample_budget: 16384 # generated samples per arm (before filtering, as BroRL Table 1 counts them)
+        batches:             # one arm n<N> per entry: its batch geometry (+ any RLSettings override)
+          - {n_rollouts: 16, prompts_per_step: 32}
+          - {n_rollouts: 512, prompts_per_step: 1}
+        schedule: [16, 512]  # the chained arm: one stage per N (geometry of the n<N> arm), equal budget shares
+        settings: {}         # RLSettings for every arm stage (on top of the recipe)
+
+:func:`plan` turns this into ``{arm name: [stage settings dict, ...]}``; :func:`run_arm` runs the stages of
+one arm and seed (each stage is a resumable :func:`brorl.training.stage.train_stage` in a work folder that
+survives a killed job), chains them (stage k+1 starts from stage k's policy: the reference reset), and writes
+the arm's outputs: the final HF folder, ``metrics.csv`` over all stages, ``probe.npz`` (exact per-prompt
+validation pass@1 at the arm's start and end) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from brorl.training.settings import RLSettings
+
+ARM_COLUMNS = ("arm", "seed", "stage", "stage_n_rollouts", "arm_step", "arm_generated_samples",
+               "arm_wall_time_s")
+
+
+def arm_name(n_rollouts: int) -> str:
+    return f"n{n_rollouts}"
+
+
+def prorl_settings(rl: dict) -> dict:
+    """Settings of the ProRL saturation stage (recipe + ``rl.prorl``)."""
+    return {**rl.get("recipe", {}), **rl.get("prorl", {})}
+
+
+def plan(rl: dict, seed: int | None = None) -> dict[str, list[dict]]:
+    """``{arm: [stage settings, ...]}`` for one seed (``seed=None``: the seed key is left out)."""
+    arms = rl.get("arms", {})
+    base = {**rl.get("recipe", {}), **arms.get("settings", {})}
+    budget = arms.get("sample_budget", 0)
+    extra = {} if seed is None else {"seed": seed}
+    out: dict[str, list[dict]] = {}
+    by_n = {}
+    for batch in arms.get("batches", []):
+        by_n[batch["n_rollouts"]] = batch
+        out[arm_name(batch["n_rollouts"])] = [{**base, **batch, "sample_budget": budget, "steps": 0, **extra}]
+    schedule = arms.get("schedule", [])
+    if schedule:
+        share = budget // len(schedule)
+        out["schedule"] = [{**base, **by_n.get(n, {"n_rollouts": n}), "sample_budget": share, "steps": 0, **extra}
+                           for n in schedule]
+    return out
+
+
+def plan_errors(rl: dict) -> list[str]:
+    """Every invalid stage of the plan, naming the config key that causes it (for config validation)."""
+    errors = []
+    arms = rl.get("arms", {})
+
+    def origin(key: str, stage: dict, where: str) -> str:
+        if key == "sample_budget" and where != "rl.prorl":
+            return "rl.arms.sample_budget"
+        if where == "rl.prorl" and key in rl.get("prorl", {}):
+            return f"rl.prorl.{key}"
+        for i, b in enumerate(arms.get("batches", [])):
+            if where != "rl.prorl" and key in b and b["n_rollouts"] == stage.get("n_rollouts"):
+                return f"rl.arms.batches[{i}].{key}"
+        if where != "rl.prorl" and key in arms.get("settings", {}):
+            return f"rl.arms.settings.{key}"
+        return f"rl.recipe.{key}"
+
+    def check(stage: dict, where: str):
+        try:
+            RLSettings.from_dict(stage)
+        except (TypeError, ValueError) as err:
+            msg = str(err)
+            key = msg.split(":", 1)[0]
+            if key.startswith("unknown "):
+                errors.append(f"{where}: {msg} [rule: RLSettings fields]")
+            else:
+                errors.append(f"{origin(key, stage, where)}: {msg.split(':', 1)[1].strip()} (in {where})"
+                              f" [rule: RLSettings]")
+
+    if "prorl" in rl:
+        check(prorl_settings(rl), "rl.prorl")
+    ns = [b["n_rollouts"] for b in arms.get("batches", [])]
+    for n in sorted({n for n in ns if ns.count(n) > 1}):
+        errors.append(f"rl.arms.batches: two arms with n_rollouts = {n} (arm names n<N> must be unique)"
+                      " [rule: unique N]")
+    for i, n in enumerate(arms.get("schedule", [])):
+        if n not in ns:
+            errors.append(f"rl.arms.schedule[{i}]: N = {n} has no entry in rl.arms.batches (the schedule's "
+                          "stages take the batch geometry of the n<N> arm) [rule: schedule N in batches]")
+    if not errors:
+        for arm, stages in plan(rl).items():
+            for k, stage in enumerate(stages):
+                check(stage, f"arm {arm}" + (f" stage {k}" if len(stages) > 1 else ""))
+    return list(dict.fromkeys(errors))
+
+
+# --------------------------------------------------------------------------------------- running an arm
+
+def _copy_folder(src: Path, dst: Path) -> None:
+    """Copy an HF folder to ``dst`` atomically (temporary sibling, then rename)."""
+    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    shutil.rmtree(dst, ignore_errors=True)
+    os.replace(tmp, dst)
+
+
+def _write_rows(path: Path, rows: list[dict], columns) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
+        w.writeheader()
+        w.writerows({k: ("" if r.get(k) is None else r[k]) for k in columns} for r in rows)
+    os.replace(tmp, path)
+
+
+def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path, stages: list[dict],
+            model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
+            progress: bool = True) -> dict:
+    """Run the stages of one arm (resumable) and write its outputs; returns the arm summary."""
+    from brorl.training.stage import METRIC_COLUMNS, TAIL_HI, TAIL_LO, read_metrics, train_stage
+
+    work, results = Path(work_dir), Path(results_out)
+    results.mkdir(parents=True, exist_ok=True)
+    init = Path(init_model_dir)
+    rows, summaries = [], []
+    step0 = samples0 = wall0 = 0.0
+    for k, stage in enumerate(stages):
+        s = RLSettings.from_dict(stage)
+        out = work / f"stage{k}-n{s.n_rollouts}"
+        if progress:
+            print(f"[arm {arm} seed {seed}] stage {k + 1}/{len(stages)}: N={s.n_rollouts} x "
+                  f"{s.prompts_per_step} prompts/step from {init}", flush=True)
+        summary = train_stage(init, data_dir, out, s, progress=progress)
+        summaries.append(summary)
+        for r in read_metrics(out):
+            rows.append({**r, "arm": arm, "seed": seed, "stage": k, "stage_n_rollouts": s.n_rollouts,
+                         "arm_step": step0 + r["step"], "arm_generated_samples": samples0 + r["generated_samples_total"],
+                         "arm_wall_time_s": wall0 + r["wall_time_s"]})
+        step0 += summary["steps"]
+        samples0 += summary["generated_samples"]
+        wall0 += summary["wall_time_s"]
+        init = out / "model"
+
+    first, last = work / "stage0-n{}".format(RLSettings.from_dict(stages[0]).n_rollouts), init.parent
+    z0, z1 = np.load(first / "probe_baseline.npz"), np.load(last / "probe_end.npz")
+    q_start, q_end = z0["q_pos"], z1["q_pos"]
+    tail = (q_start > TAIL_LO) & (q_start < TAIL_HI)
+    np.savez(results / "probe.npz", q_start=q_start, q_end=q_end, ids=z1["ids"])
+    _write_rows(results / "metrics.csv", rows, ARM_COLUMNS + METRIC_COLUMNS)
+
+    gen_s = sum(r["generation_seconds"] or 0.0 for r in rows)
+    generated = sum(r["generated_samples"] or 0.0 for r in rows)
+    kept_groups = sum(r["kept_prompts"] or 0.0 for r in rows)
+    n_of = [r["stage_n_rollouts"] for r in rows]
+    generated_groups = sum((r["generated_samples"] or 0.0) / n for r, n in zip(rows, n_of))
+    end = summaries[-1]["probe_end"]
+    summary = {
+        "arm": arm, "seed": seed, "stages": len(stages),
+        "n_rollouts": [RLSettings.from_dict(st).n_rollouts for st in stages],
+        "prompts_per_step": [RLSettings.from_dict(st).prompts_per_step for st in stages],
+        "steps": int(step0), "generated_samples": int(samples0), "sample_budget": int(sum(
+            RLSettings.from_dict(st).sample_budget for st in stages)),
+        "kept_samples": int(sum(r["kept_samples"] or 0.0 for r in rows)),
+        "wall_time_s": wall0, "generation_seconds": gen_s,
+        "generation_samples_per_s": generated / gen_s if gen_s else math.nan,
+        "dynamic_sampling_pass_rate": kept_groups / generated_groups if generated_groups else math.nan,
+        "validation_pass1_start": float(q_start.mean()), "validation_pass1_end": float(q_end.mean()),
+        "tail_prompts": int(tail.sum()),
+        "q_pos_tail_start": float(q_start[tail].mean()) if tail.any() else math.nan,
+        "q_pos_tail_end": float(q_end[tail].mean()) if tail.any() else math.nan,
+        "zero_fraction_end": float((q_end <= TAIL_LO).mean()),
+        "multi_frac_correct_improved": end.get("probe_frac_correct_improved"),
+        "multi_worst_correct_delta": end.get("probe_worst_correct_delta"),
+        "peak_rss_mb": max((x.get("peak_rss_mb") or 0.0) for x in summaries),
+        "peak_cuda_mb": max((x.get("peak_cuda_mb") or 0.0) for x in summaries) or None,
+        "stopped": [x["stopped"] for x in summaries], "plateau_step": summaries[-1].get("plateau_step"),
+        "stage_summaries": summaries,
+    }
+    _copy_folder(init, Path(model_out))
+    tmp = results / f"summary.json.tmp{os.getpid()}"
+    tmp.write_text(json.dumps(summary, indent=1, default=float) + "\n")
+    os.replace(tmp, results / "summary.json")
+    if progress:
+        print(f"[arm {arm} seed {seed}] done: validation pass@1 {summary['validation_pass1_start']:.4f} -> "
+              f"{summary['validation_pass1_end']:.4f}, {summary['generated_samples']} samples, "
+              f"{summary['wall_time_s']:.0f}s", flush=True)
+    return summary

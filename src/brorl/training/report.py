@@ -1,0 +1,245 @@
+"""``results/train/summary.md``: every arm over its seeds, and a plain reading of the paper's claims.
+
+Validation pass@1 here is exact: the mean over the validation prompts of Q_pos, the teacher-forced probability
+of the correct answer (for a direct-answer task this *is* the expected pass@1 of one sample), so it carries no
+sampling noise; what remains is the spread over seeds and over prompts, which the comparisons report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+FIELDS = ("arm", "seed", "n_rollouts", "prompts_per_step", "steps", "generated_samples", "sample_budget",
+          "kept_samples", "validation_pass1_start", "validation_pass1_end", "tail_prompts", "q_pos_tail_start",
+          "q_pos_tail_end", "zero_fraction_end", "multi_frac_correct_improved", "multi_worst_correct_delta",
+          "dynamic_sampling_pass_rate", "generation_samples_per_s", "wall_time_s", "peak_rss_mb", "run_id")
+ALPHA = 0.05
+
+
+def _arm_key(arm: str):
+    m = re.fullmatch(r"n(\d+)", arm)
+    return (0, int(m.group(1))) if m else (1, 0)
+
+
+def load_arms(results_dir: str | Path) -> dict[str, list[dict]]:
+    """``{arm: [summary + per-prompt arrays per seed]}`` from ``<results_dir>/<arm>/seed<s>/``."""
+    arms: dict[str, list[dict]] = {}
+    for path in sorted(Path(results_dir).glob("*/seed*/summary.json")):
+        arm = path.parent.parent.name
+        summary = json.loads(path.read_text())
+        z = np.load(path.parent / "probe.npz")
+        summary["q_start"], summary["q_end"], summary["_dir"] = z["q_start"], z["q_end"], str(path.parent)
+        run = path.parent / "mlflow_run_id"
+        summary["run_id"] = run.read_text().strip() if run.exists() else ""
+        arms.setdefault(arm, []).append(summary)
+    return {a: sorted(v, key=lambda s: s["seed"]) for a, v in sorted(arms.items(), key=lambda kv: _arm_key(kv[0]))}
+
+
+def _ms(values, fmt="{:.4f}") -> str:
+    v = np.array([x for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))], float)
+    if v.size == 0:
+        return "–"
+    if v.size == 1:
+        return fmt.format(v[0])
+    return f"{fmt.format(v.mean())} ± {fmt.format(v.std(ddof=1))}"
+
+
+def paired(a: np.ndarray, b: np.ndarray) -> dict:
+    """Paired t-test over prompts of a - b: mean difference, t, one-tailed p (a > b) and two-tailed p."""
+    from scipy import stats
+
+    d = a - b
+    if d.size < 2 or np.allclose(d, d[0]):
+        return {"delta": float(d.mean()) if d.size else math.nan, "t": math.nan, "p_greater": math.nan,
+                "p_two_sided": math.nan, "prompts": int(d.size)}
+    t, p2 = stats.ttest_rel(a, b)
+    p1 = stats.ttest_rel(a, b, alternative="greater").pvalue
+    return {"delta": float(d.mean()), "t": float(t), "p_greater": float(p1), "p_two_sided": float(p2),
+            "prompts": int(d.size)}
+
+
+def _verdict(test: dict, seed_deltas: list[float]) -> str:
+    if math.isnan(test["p_two_sided"]):
+        return "not testable"
+    if test["delta"] > 0 and test["p_greater"] < ALPHA and all(x > 0 for x in seed_deltas):
+        return "yes"
+    if test["delta"] < 0 and test["p_two_sided"] < ALPHA and all(x < 0 for x in seed_deltas):
+        return "no (the opposite)"
+    return "not resolved (within noise)"
+
+
+def _seed_deltas(arm: list[dict], base: list[dict]) -> list[float]:
+    by_seed = {s["seed"]: s["validation_pass1_end"] for s in base}
+    return [s["validation_pass1_end"] - by_seed[s["seed"]] for s in arm if s["seed"] in by_seed]
+
+
+def _monotone(xs: list[float]) -> bool:
+    return all(b > a for a, b in zip(xs, xs[1:]))
+
+
+def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -> dict:
+    """Write the summary markdown, the per-arm-and-seed CSV and the figure; return the computed readings."""
+    import pandas as pd
+
+    results_dir = Path(results_dir)
+    arms = {a: v for a, v in load_arms(results_dir).items() if a != "prorl"}
+    if not arms:
+        raise FileNotFoundError(f"no arm summaries under {results_dir}/<arm>/seed<s>/summary.json")
+    prorl = None
+    if prorl_dir and (Path(prorl_dir) / "summary.json").exists():
+        prorl = json.loads((Path(prorl_dir) / "summary.json").read_text())
+    frame = pd.DataFrame([{k: (s.get(k) if not isinstance(s.get(k), list) else "→".join(map(str, s[k])))
+                           for k in FIELDS} for v in arms.values() for s in v])
+    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(csv_path, index=False)
+
+    lines = ["# Training arms (tiny profile)" if (prorl or {}).get("settings") else "# Training arms", ""]
+    lines += ["Validation pass@1 is exact (mean teacher-forced Q_pos over the validation prompts of the "
+              "single-answer family), so differences are not sampling noise; ± is the standard deviation over "
+              "seeds. The hard tail: prompts with Q_pos in (1/512, 1/16) at the arm's start. Samples are "
+              "generated samples before dynamic-sampling filtering (BroRL Table 1's count).", ""]
+    if prorl:
+        lines += ["## ProRL stage (N=16 until validation stops improving)", ""]
+        s = prorl["stage_summaries"][0]["settings"] if "stage_summaries" in prorl else prorl["settings"]
+        rule = (f"stop once the best of the last {s['plateau_window']} probes (every {s['probe_every']} steps) "
+                f"is not above the best before them by more than {s['plateau_delta']}") if s.get(
+                    "plateau_window") else "no plateau rule"
+        stopped = prorl["stopped"][0] if isinstance(prorl["stopped"], list) else prorl["stopped"]
+        lines += [f"- Plateau rule: {rule}; stopped by: **{stopped}** after {prorl['steps']} steps "
+                  f"({prorl['generated_samples']} samples, {prorl['wall_time_s']:.0f} s).",
+                  f"- Validation pass@1 {prorl['validation_pass1_start']:.4f} → {prorl['validation_pass1_end']:.4f}; "
+                  f"hard-tail Q_pos {prorl['q_pos_tail_start']:.4f} → {prorl['q_pos_tail_end']:.4f} "
+                  f"({prorl['tail_prompts']} tail prompts); share at Q_pos ≤ 1/512 at the end "
+                  f"{prorl['zero_fraction_end']:.3f}; dynamic-sampling pass rate {prorl['dynamic_sampling_pass_rate']:.3f}.",
+                  ""]
+
+    lines += ["## Arms from the ProRL checkpoint", "",
+              "| arm | N × prompts/step | seeds | steps | samples | val pass@1 start | val pass@1 end | "
+              "tail Q_pos end | at ≤1/512 | multi: correct ↑ | multi: worst Δ | DS pass rate | gen samples/s | "
+              "wall s | peak RSS MiB |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for arm, runs in arms.items():
+        geo = " → ".join(f"{n}×{p}" for n, p in zip(runs[0]["n_rollouts"], runs[0]["prompts_per_step"]))
+        lines.append(
+            f"| {arm} | {geo} | {len(runs)} | {_ms([r['steps'] for r in runs], '{:.0f}')} | "
+            f"{_ms([r['generated_samples'] for r in runs], '{:.0f}')} | "
+            f"{_ms([r['validation_pass1_start'] for r in runs])} | **{_ms([r['validation_pass1_end'] for r in runs])}** | "
+            f"{_ms([r['q_pos_tail_end'] for r in runs])} | {_ms([r['zero_fraction_end'] for r in runs], '{:.3f}')} | "
+            f"{_ms([r['multi_frac_correct_improved'] for r in runs], '{:.3f}')} | "
+            f"{_ms([r['multi_worst_correct_delta'] for r in runs], '{:.3g}')} | "
+            f"{_ms([r['dynamic_sampling_pass_rate'] for r in runs], '{:.3f}')} | "
+            f"{_ms([r['generation_samples_per_s'] for r in runs], '{:.0f}')} | "
+            f"{_ms([r['wall_time_s'] for r in runs], '{:.0f}')} | {_ms([r['peak_rss_mb'] for r in runs], '{:.0f}')} |")
+    lines.append("")
+
+    metrics: dict = {}
+    readings: list[str] = []
+    n_arms = [a for a in arms if a != "schedule"]
+    base_name = n_arms[0] if n_arms else None  # the smallest N: the ProRL continuation (n16 in the paper)
+    base = arms.get(base_name) if base_name else None
+    if base:
+        q0 = np.mean([r["q_start"] for r in base], axis=0)
+        q16 = np.mean([r["q_end"] for r in base], axis=0)
+        cont = paired(q16, q0)
+        deltas = [r["validation_pass1_end"] - r["validation_pass1_start"] for r in base]
+        metrics["continuation_gain"] = cont["delta"]
+        stall = _verdict(cont, deltas)
+        readings.append(
+            f"- **ProRL stalls** (continued {base_name} from the plateau checkpoint does not improve): continuation gain "
+            f"{cont['delta']:+.4f} (per seed: {', '.join(f'{x:+.4f}' for x in deltas)}; paired t = {cont['t']:.2f} "
+            f"over {cont['prompts']} prompts, two-sided p = {cont['p_two_sided']:.3g}). "
+            + ("It still improved significantly, so the tiny ProRL stage was **not** saturated for this budget."
+               if stall == "yes" else "It got significantly worse." if stall.startswith("no")
+               else "No significant change: consistent with a stall."))
+        lines += [f"## Each arm against the ProRL continuation {base_name} (equal generated samples)", "",
+                  f"| arm | Δ val pass@1 vs {base_name} | per-seed Δ | paired t (prompts) | p (arm > {base_name}) | p (two-sided) | "
+                  "BroRL better? |", "|---|---|---|---|---|---|---|"]
+        best, best_arm = -math.inf, None
+        for arm, runs in arms.items():
+            if arm == base_name:
+                continue
+            qa = np.mean([r["q_end"] for r in runs], axis=0)
+            test = paired(qa, q16)
+            sd = _seed_deltas(runs, base)
+            verdict = _verdict(test, sd)
+            metrics[f"delta_vs_base/{arm}"] = test["delta"]
+            metrics[f"p_greater_vs_base/{arm}"] = test["p_greater"]
+            lines.append(f"| {arm} | {test['delta']:+.4f} | {', '.join(f'{x:+.4f}' for x in sd)} | {test['t']:.2f} | "
+                         f"{test['p_greater']:.3g} | {test['p_two_sided']:.3g} | {verdict} |")
+            if arm != "schedule" and test["delta"] > best:
+                best, best_arm, best_test, best_verdict = test["delta"], arm, test, verdict
+        lines.append("")
+        if best_arm:
+            readings.append(
+                f"- **BroRL keeps improving at equal samples** (best larger-N arm beats {base_name}): best arm {best_arm}, "
+                f"Δ = {best_test['delta']:+.4f}, one-tailed p = {best_test['p_greater']:.3g}: **{best_verdict}**.")
+    ns = [(int(a[1:]), runs) for a, runs in arms.items() if a != "schedule"]
+    if len(ns) >= 2:
+        rates = [float(np.mean([r["dynamic_sampling_pass_rate"] for r in runs])) for _, runs in ns]
+        speeds = [float(np.mean([r["generation_samples_per_s"] for r in runs])) for _, runs in ns]
+        nn = [n for n, _ in ns]
+        for n, rate, speed in zip(nn, rates, speeds):
+            metrics[f"pass_rate/n{n}"], metrics[f"gen_samples_per_s/n{n}"] = rate, speed
+        readings.append(
+            f"- **Dynamic-sampling pass rate rises with N** (paper: 41% at N=16, 62% at N=512): "
+            + ", ".join(f"N={n}: {r:.3f}" for n, r in zip(nn, rates))
+            + (" — **yes**, strictly rising." if _monotone(rates) else " — **not strictly rising**."))
+        ratio = speeds[-1] / speeds[0] if speeds[0] else math.nan
+        readings.append(
+            f"- **Generation throughput rises with N** (paper: 1.98× from N=16 to N=512): "
+            + ", ".join(f"N={n}: {s:.0f}/s" for n, s in zip(nn, speeds))
+            + f"; N={nn[-1]} / N={nn[0]} = {ratio:.2f}×"
+            + (" — **yes**." if _monotone(speeds) else " — **not strictly rising**."))
+        metrics["gen_speed_ratio_max_over_min_n"] = ratio
+    seeds = sorted({r["seed"] for runs in arms.values() for r in runs})
+    lines += ["## Reading: does the tiny profile show the paper's claims?", "", *readings, "",
+              f"Confidence: {len(seeds)} seed(s) per arm; tests are paired over validation prompts on the "
+              f"seed-averaged exact pass@1, and 'yes' also needs every seed to agree in sign (α = {ALPHA}). "
+              "A tiny character-level model on arithmetic is not the paper's 1.5B reasoning model: a 'no' here "
+              "says the mechanism is not sufficient at this scale and budget, not that the paper is wrong.", ""]
+    _figure(arms, prorl_dir, png_path)
+    lines += [f"![training curves]({Path(png_path).name})", ""]
+    Path(md_path).write_text("\n".join(lines))
+    return {"metrics": metrics, "readings": readings}
+
+
+def _figure(arms, prorl_dir, png_path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax = axes[0]
+    if prorl_dir and (Path(prorl_dir) / "metrics.csv").exists():
+        m = pd.read_csv(Path(prorl_dir) / "metrics.csv").dropna(subset=["probe_q_pos_mean"])
+        ax.plot(m["arm_generated_samples"], m["probe_q_pos_mean"], "k.-")
+    ax.set(title="ProRL stage (N=16): validation pass@1", xlabel="generated samples", ylabel="exact pass@1")
+    ax = axes[1]
+    for arm, runs in arms.items():
+        frames = [pd.read_csv(Path(r["_dir"]) / "metrics.csv").dropna(subset=["probe_q_pos_mean"]) for r in runs]
+        for k, m in enumerate(frames):
+            ax.plot(m["arm_generated_samples"], m["probe_q_pos_mean"], ".-", color=f"C{list(arms).index(arm)}",
+                    alpha=0.8, label=arm if k == 0 else None)
+    ax.set(title="Arms at equal samples: validation pass@1", xlabel="generated samples", ylabel="exact pass@1")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    ns = [(int(a[1:]), runs) for a, runs in arms.items() if a != "schedule"]
+    if ns:
+        nn = [n for n, _ in ns]
+        ax.plot(nn, [np.mean([r["dynamic_sampling_pass_rate"] for r in runs]) for _, runs in ns], "o-", color="C0")
+        ax.set_xscale("log", base=2)
+        ax.set(xlabel="N (rollouts per prompt)", title="pass rate and throughput vs N")
+        ax.set_ylabel("dynamic-sampling pass rate", color="C0")
+        ax2 = ax.twinx()
+        ax2.plot(nn, [np.mean([r["generation_samples_per_s"] for r in runs]) for _, runs in ns], "s--", color="C1")
+        ax2.set_ylabel("generation samples/s", color="C1")
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)

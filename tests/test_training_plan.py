@@ -1,0 +1,49 @@
+"""The experiment plan (ProRL stage + arms), its config validation, and the plateau rule."""
+
+import copy
+
+import pytest
+import yaml
+
+from brorl.config import PROJECT_ROOT, ConfigError, validate_config
+from brorl.training.arms import plan
+from brorl.training.settings import RLSettings
+
+CONFIG = yaml.safe_load((PROJECT_ROOT / "config" / "config.yaml").read_text())
+
+
+def test_plateau_rule():
+    s = RLSettings(plateau_window=2, plateau_delta=0.01, probe_every=5)
+    assert not s.plateaued([0.30, 0.35])            # not enough probes
+    assert not s.plateaued([0.30, 0.35, 0.40])       # still rising
+    assert s.plateaued([0.30, 0.40, 0.405, 0.39])    # best of last 2 (0.405) <= 0.40 + 0.01
+    assert not s.plateaued([0.30, 0.40, 0.42, 0.39])  # 0.42 > 0.41
+    assert not RLSettings(plateau_window=0).plateaued([0.5] * 10)
+
+
+def test_plan_equal_budget_and_schedule():
+    arms = plan(CONFIG["rl"], seed=3)
+    assert list(arms) == ["n16", "n64", "n256", "n512", "schedule"]
+    budget = CONFIG["rl"]["arms"]["sample_budget"]
+    for name, stages in arms.items():
+        settings = [RLSettings.from_dict(st) for st in stages]
+        assert sum(s.sample_budget for s in settings) <= budget
+        assert all(s.seed == 3 for s in settings)
+    assert [RLSettings.from_dict(st).n_rollouts for st in arms["schedule"]] == [16, 64, 256, 512]
+    assert RLSettings.from_dict(arms["n512"][0]).prompts_per_step == 1
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda rl: rl["arms"]["batches"][1].update(n_rollouts=1), "rl.arms.batches[1].n_rollouts"),
+    (lambda rl: rl["prorl"].update(n_rollouts=1), "rl.prorl.n_rollouts"),
+    (lambda rl: rl["arms"].update(sample_budget=100), "rl.arms.sample_budget"),
+    (lambda rl: rl["arms"]["batches"][0].update(mini_batches=5), "rl.arms.batches[0].mini_batches"),
+    (lambda rl: rl["recipe"].update(epsilon_low=2.0), "rl.recipe.epsilon_low"),
+    (lambda rl: rl["arms"].update(schedule=[16, 32]), "rl.arms.schedule[1]"),
+    (lambda rl: rl["recipe"].update(lr_rul="sqrt"), "unknown RL settings"),
+])
+def test_invalid_rl_settings_name_the_key(edit, key):
+    config = copy.deepcopy(CONFIG)
+    edit(config["rl"])
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        validate_config(config)
