@@ -256,7 +256,16 @@ def _peak_rss_mb() -> float:
 def read_metrics(out_dir: str | Path) -> list[dict]:
     """metrics.csv rows as dicts of floats (None where empty)."""
     with open(Path(out_dir) / "metrics.csv", newline="") as f:
-        return [{k: (float(v) if v not in ("", None) else None) for k, v in r.items()} for r in csv.DictReader(f)]
+        return [{k: _number(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+
+def _number(v):
+    if v in ("", None):
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return v  # a label column (the arm's name)
 
 
 # --------------------------------------------------------------------------------------- the stage
