@@ -1,4 +1,4 @@
-"""Fast batched sampling of short completions with a shared-prompt KV cache.
+"""Fast batched sampling of short completions with a shared-prompt KV cache, and a prefix-tree sampler.
 
 For N samples of one prompt the prompt is prefilled once, its KV cache is repeated N times
 (``DynamicCache.batch_repeat_interleave``) and the N continuations are decoded together; rows that
@@ -6,7 +6,12 @@ emitted the end token are dropped from the batch (``batch_select_indices``). Pro
 are batched together without padding (every prompt of a task family has the same length), so
 positions and attention need no masks. Pure temperature sampling: no top-k, no top-p.
 
-``hf_generate_completions`` is the plain ``model.generate(num_return_sequences=N)`` baseline (no
+``sample_token_ids_tree`` (engine ``prefix_tree``) has the same contract and law but decodes one row per
+*distinct* partial completion with a sample count, splitting the count multinomially at each step, so its
+forward batch is the number of distinct prefixes rather than N per prompt (many of the N short completions
+of a trained model coincide). ``SAMPLERS`` maps the engine names to the two functions.
+
+``hf_generate_token_ids`` is the plain ``model.generate(num_return_sequences=N)`` baseline (no
 prefix sharing), kept for the benchmark and as a cross-check.
 """
 
@@ -129,3 +134,139 @@ def hf_generate_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_to
             for j, i in enumerate(block):
                 results[i] = new[j * n:(j + 1) * n]
     return results  # type: ignore[return-value]
+
+
+# ----- prefix-tree sampler: one forward row per distinct partial completion
+
+def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Multinomial(counts[r], probs[r]) for every row r: [R, V] probs, [R] counts -> [R, V] counts.
+
+    Each of the ``counts[r]`` samples at node r draws its next token independently from ``probs[r]``
+    (exactly what i.i.d. sampling does); the draws are then tallied per (node, token)."""
+    n_rows, vocab = probs.shape
+    owner = torch.repeat_interleave(torch.arange(n_rows), counts)
+    tok = torch.multinomial(probs[owner], 1, replacement=True, generator=generator).squeeze(1)
+    return torch.bincount(owner * vocab + tok, minlength=n_rows * vocab).view(n_rows, vocab)
+
+
+@torch.no_grad()
+def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: int, eos_id: int, pad_id: int,
+                       temperature: float, generator: torch.Generator | None) -> list[torch.Tensor]:
+    """[P, L] prompt ids -> P tensors [repeats, max_new_tokens] (leaf order, not yet shuffled).
+
+    The live set is the distinct partial completions (one KV-cache row each) with their sample counts;
+    every decode step splits each count over the next tokens and keeps one child per token drawn."""
+    n_prompts = prompts.shape[0]
+    if max_new_tokens <= 0:
+        return [torch.full((repeats, 0), pad_id, dtype=torch.long) for _ in range(n_prompts)]
+    res = model(input_ids=prompts, use_cache=True)
+    cache = res.past_key_values
+    logits = res.logits[:, -1, :].float()
+    owner = torch.arange(n_prompts)                      # prompt of each live node
+    counts = torch.full((n_prompts,), repeats, dtype=torch.long)
+    hist = torch.empty((n_prompts, 0), dtype=torch.long)  # tokens of each live node so far
+    leaves: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (owner, count, padded ids)
+    for t in range(max_new_tokens):
+        if temperature > 0:
+            split = _split_counts(torch.softmax(logits / temperature, dim=-1), counts, generator)
+        else:
+            split = torch.zeros_like(logits, dtype=torch.long)
+            split.scatter_(1, logits.argmax(dim=-1, keepdim=True), counts.unsqueeze(1))
+        parent, tok = split.nonzero(as_tuple=True)        # children, grouped by parent
+        child_counts = split[parent, tok]
+        hist = torch.cat([hist[parent], tok.unsqueeze(1)], dim=1)
+        owner = owner[parent]
+        done = tok == eos_id
+        if t == max_new_tokens - 1:
+            done = torch.ones_like(done)
+        if bool(done.any()):
+            ids = torch.full((int(done.sum()), max_new_tokens), pad_id, dtype=torch.long)
+            ids[:, : t + 1] = hist[done]
+            leaves.append((owner[done], child_counts[done], ids))
+        alive = ~done
+        if not bool(alive.any()):
+            break
+        keep = alive.nonzero().squeeze(1)
+        parent, tok, owner, counts, hist = parent[keep], tok[keep], owner[keep], child_counts[keep], hist[keep]
+        cache.batch_select_indices(parent)                # repeated indices copy a parent's rows to each child
+        res = model(input_ids=tok.unsqueeze(1), past_key_values=cache, use_cache=True)
+        cache = res.past_key_values
+        logits = res.logits[:, -1, :].float()
+    leaf_owner = torch.cat([o for o, _, _ in leaves])
+    leaf_counts = torch.cat([c for _, c, _ in leaves])
+    leaf_ids = torch.cat([i for _, _, i in leaves])
+    rows = torch.repeat_interleave(leaf_ids, leaf_counts, dim=0)
+    row_owner = torch.repeat_interleave(leaf_owner, leaf_counts)
+    order = torch.argsort(row_owner, stable=True)
+    rows = rows[order]
+    return list(rows.split(repeats))
+
+
+@torch.no_grad()
+def sample_token_ids_tree(model, prompt_ids: list[list[int]], n: int, max_new_tokens: int, eos_id: int, pad_id: int,
+                          temperature: float = 1.0, seed: int | None = 0, chunk_samples: int = 1024,
+                          progress=None) -> list[torch.Tensor]:
+    """:func:`sample_token_ids`'s contract (a list of [n, max_new_tokens] id tensors, pad after the end token)
+    through a prefix tree: the forward batch of a decode step is the number of *distinct* live partial
+    completions, not ``n`` per prompt.
+
+    A node is a distinct partial completion with a count c (the root: the prompt with count ``n``). Each step
+    draws the next tokens of its c samples i.i.d. from the node's distribution (Multinomial(c, p)) and keeps
+    one child per token drawn, with its count; children that emitted the end token are finished. The multiset
+    of the n completions therefore has exactly the law of n i.i.d. samples; each leaf is expanded to ``count``
+    identical rows and each prompt's n rows are put in a random order (from ``seed``'s generator), so the row
+    order carries no information either. Not bit-identical to :func:`sample_token_ids` for the same seed.
+
+    ``chunk_samples`` bounds the live rows of one forward: prompts of one length go ``chunk_samples // n``
+    at a time (at most n distinct rows each); a prompt with ``n > chunk_samples`` is sampled as independent
+    trees of at most ``chunk_samples`` samples, concatenated before the shuffle.
+    """
+    was_training = model.training
+    model.eval()
+    generator = None
+    if seed is not None:
+        generator = torch.Generator().manual_seed(int(seed))
+    results: list[torch.Tensor | None] = [None] * len(prompt_ids)
+    by_len = defaultdict(list)
+    for i, p in enumerate(prompt_ids):
+        by_len[len(p)].append(i)
+    done = 0
+
+    def finish(i: int, ids: torch.Tensor) -> None:
+        results[i] = ids[torch.randperm(ids.shape[0], generator=generator)]
+
+    try:
+        for length in sorted(by_len):
+            idx = by_len[length]
+            if n <= chunk_samples:
+                per_call = max(1, chunk_samples // n)
+                for s in range(0, len(idx), per_call):
+                    block = idx[s: s + per_call]
+                    prompts = torch.tensor([prompt_ids[i] for i in block], dtype=torch.long)
+                    blocks = _sample_tree_block(model, prompts, n, max_new_tokens, eos_id, pad_id, temperature,
+                                                generator)
+                    for i, ids in zip(block, blocks):
+                        finish(i, ids)
+                    done += len(block)
+                    if progress:
+                        progress(done, len(prompt_ids))
+            else:
+                for i in idx:
+                    parts, left = [], n
+                    prompts = torch.tensor([prompt_ids[i]], dtype=torch.long)
+                    while left > 0:
+                        r = min(left, chunk_samples)
+                        parts += _sample_tree_block(model, prompts, r, max_new_tokens, eos_id, pad_id, temperature,
+                                                    generator)
+                        left -= r
+                    finish(i, torch.cat(parts))
+                    done += 1
+                    if progress:
+                        progress(done, len(prompt_ids))
+    finally:
+        model.train(was_training)
+    return results  # type: ignore[return-value]
+
+
+# engine name -> sampler with the sample_token_ids signature (the trainer's ``generation_engine``)
+SAMPLERS = {"shared_prompt": sample_token_ids, "prefix_tree": sample_token_ids_tree}
