@@ -257,10 +257,9 @@ def cmd_train_arm(args) -> int:
                     "learning_rate", "loss", "grad_norm"):
             curves[key] = [r[key] if r[key] is not None else float("nan") for r in rows]
         log_curves(curves, step_offset=1)
+        client, run_id = mlflow.MlflowClient(), run.info.run_id
         for key in ("probe_q_pos_mean", "probe_q_pos_tail_mean", "probe_q_pos_zero_fraction",
                     "probe_frac_correct_improved", "probe_worst_correct_delta"):
-            client = mlflow.MlflowClient()
-            run_id = mlflow.active_run().info.run_id
             for r in rows:
                 if r[key] is not None:
                     client.log_metric(run_id, key, r[key], step=int(r["arm_step"]))

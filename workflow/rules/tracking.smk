@@ -7,7 +7,7 @@ DVC_TRACKED = {
     **{folder: [f"{folder}.manifest.json"] for folder in FETCHED},
     **{folder: [folder] for folder in MODEL_OUTPUTS},
     **{manifest: [manifest] for manifest in FETCH_MANIFESTS},
-    **({"results/train": ARM_RESULTS_FILES + TRAIN_OUTPUTS[:3], "resources/checkpoints": ARM_CHECKPOINTS}
+    **({"results/train": ARM_RESULTS_FILES + TRAIN_SUMMARY, "resources/checkpoints": ARM_CHECKPOINTS}
        if TRAIN else {}),
 }
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]

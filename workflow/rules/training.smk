@@ -10,16 +10,14 @@ ARMS = list(plan(config["rl"])) if TRAIN else []
 SEEDS = config["rl"]["arms"]["seeds"] if TRAIN else []
 ARM_RESULTS = [f"results/train/{arm}/seed{seed}" for arm in ARMS for seed in SEEDS]
 ARM_CHECKPOINTS = [f"resources/checkpoints/{arm}/seed{seed}" for arm in ARMS for seed in SEEDS]
-TRAIN_OUTPUTS = (
-    ["results/train/summary.md", "results/train/summary.csv", "results/train/summary.png",
-     "results/data/difficulty_prorl.csv", "results/data/difficulty_prorl.png"]
-    if TRAIN else []
-)
+TRAIN_SUMMARY = ["results/train/summary.md", "results/train/summary.csv", "results/train/summary.png"] if TRAIN else []
+DIFFICULTY_PRORL = ["results/data/difficulty_prorl.csv", "results/data/difficulty_prorl.png"] if TRAIN else []
+TRAIN_OUTPUTS = TRAIN_SUMMARY + DIFFICULTY_PRORL
 ARM_RESULTS_FILES = [f"{folder}/{name}" for folder in ARM_RESULTS for name in ("metrics.csv", "summary.json")] + (
     ["results/train/prorl/metrics.csv", "results/train/prorl/summary.json"] if TRAIN else [])
 if TRAIN:
     MODEL_OUTPUTS.append("resources/models/prorl")
-    DATA_OUTPUTS += TRAIN_OUTPUTS[3:]
+    DATA_OUTPUTS += DIFFICULTY_PRORL
 
 if TRAIN:
 

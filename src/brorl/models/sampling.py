@@ -55,11 +55,13 @@ def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: in
     return out
 
 
-@torch.no_grad()
-def sample_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_tokens: int, eos_id: int, pad_id: int,
-                     temperature: float = 1.0, seed: int | None = 0, chunk_samples: int = 1024,
-                     progress=None) -> list[torch.Tensor]:
-    """``n`` sampled continuations for each prompt: a list of [n, max_new_tokens] id tensors."""
+def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None, chunk_samples: int, progress,
+                    sample_block, shuffle: bool = False) -> list[torch.Tensor]:
+    """The driver both samplers share: prompts grouped by length, ``chunk_samples // n`` prompts per call (a
+    prompt with ``n > chunk_samples`` in calls of at most ``chunk_samples`` samples), progress, train/eval mode.
+
+    ``sample_block(prompts [P, L], repeats, generator)`` returns P tensors [repeats, T]; ``shuffle`` puts each
+    prompt's n rows in a random order from the seeded generator."""
     was_training = model.training
     model.eval()
     generator = None
@@ -70,34 +72,49 @@ def sample_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_tokens:
     for i, p in enumerate(prompt_ids):
         by_len[len(p)].append(i)
     done = 0
-    for length in sorted(by_len):
-        idx = by_len[length]
-        if n <= chunk_samples:
-            per_call = max(1, chunk_samples // n)
-            for s in range(0, len(idx), per_call):
-                block = idx[s: s + per_call]
+
+    def finish(i: int, ids: torch.Tensor) -> None:
+        results[i] = ids[torch.randperm(ids.shape[0], generator=generator)] if shuffle else ids
+
+    try:
+        for length in sorted(by_len):
+            idx = by_len[length]
+            if n <= chunk_samples:
+                per_call = max(1, chunk_samples // n)
+                blocks = [idx[s: s + per_call] for s in range(0, len(idx), per_call)]
+            else:
+                blocks = [[i] for i in idx]
+            for block in blocks:
                 prompts = torch.tensor([prompt_ids[i] for i in block], dtype=torch.long)
-                ids = _sample_block(model, prompts, n, max_new_tokens, eos_id, pad_id, temperature, generator)
+                if len(block) > 1 or n <= chunk_samples:
+                    parts = [sample_block(prompts, n, generator)]
+                else:
+                    parts, left = [], n
+                    while left > 0:
+                        r = min(left, chunk_samples)
+                        parts.append(sample_block(prompts, r, generator))
+                        left -= r
                 for j, i in enumerate(block):
-                    results[i] = ids[j * n:(j + 1) * n]
+                    finish(i, torch.cat([part[j] for part in parts]))
                 done += len(block)
                 if progress:
                     progress(done, len(prompt_ids))
-        else:
-            for i in idx:
-                parts, left = [], n
-                prompts = torch.tensor([prompt_ids[i]], dtype=torch.long)
-                while left > 0:
-                    r = min(left, chunk_samples)
-                    parts.append(_sample_block(model, prompts, r, max_new_tokens, eos_id, pad_id, temperature,
-                                               generator))
-                    left -= r
-                results[i] = torch.cat(parts)
-                done += 1
-                if progress:
-                    progress(done, len(prompt_ids))
-    model.train(was_training)
+    finally:
+        model.train(was_training)
     return results  # type: ignore[return-value]
+
+
+@torch.no_grad()
+def sample_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_tokens: int, eos_id: int, pad_id: int,
+                     temperature: float = 1.0, seed: int | None = 0, chunk_samples: int = 1024,
+                     progress=None) -> list[torch.Tensor]:
+    """``n`` sampled continuations for each prompt: a list of [n, max_new_tokens] id tensors."""
+
+    def block(prompts, repeats, generator):
+        ids = _sample_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator)
+        return list(ids.split(repeats))
+
+    return _sample_prompts(model, prompt_ids, n, seed, chunk_samples, progress, block)
 
 
 def decode_completions(tokenizer, ids: torch.Tensor) -> list[str]:
@@ -221,51 +238,10 @@ def sample_token_ids_tree(model, prompt_ids: list[list[int]], n: int, max_new_to
     at a time (at most n distinct rows each); a prompt with ``n > chunk_samples`` is sampled as independent
     trees of at most ``chunk_samples`` samples, concatenated before the shuffle.
     """
-    was_training = model.training
-    model.eval()
-    generator = None
-    if seed is not None:
-        generator = torch.Generator().manual_seed(int(seed))
-    results: list[torch.Tensor | None] = [None] * len(prompt_ids)
-    by_len = defaultdict(list)
-    for i, p in enumerate(prompt_ids):
-        by_len[len(p)].append(i)
-    done = 0
+    def block(prompts, repeats, generator):
+        return _sample_tree_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator)
 
-    def finish(i: int, ids: torch.Tensor) -> None:
-        results[i] = ids[torch.randperm(ids.shape[0], generator=generator)]
-
-    try:
-        for length in sorted(by_len):
-            idx = by_len[length]
-            if n <= chunk_samples:
-                per_call = max(1, chunk_samples // n)
-                for s in range(0, len(idx), per_call):
-                    block = idx[s: s + per_call]
-                    prompts = torch.tensor([prompt_ids[i] for i in block], dtype=torch.long)
-                    blocks = _sample_tree_block(model, prompts, n, max_new_tokens, eos_id, pad_id, temperature,
-                                                generator)
-                    for i, ids in zip(block, blocks):
-                        finish(i, ids)
-                    done += len(block)
-                    if progress:
-                        progress(done, len(prompt_ids))
-            else:
-                for i in idx:
-                    parts, left = [], n
-                    prompts = torch.tensor([prompt_ids[i]], dtype=torch.long)
-                    while left > 0:
-                        r = min(left, chunk_samples)
-                        parts += _sample_tree_block(model, prompts, r, max_new_tokens, eos_id, pad_id, temperature,
-                                                    generator)
-                        left -= r
-                    finish(i, torch.cat(parts))
-                    done += 1
-                    if progress:
-                        progress(done, len(prompt_ids))
-    finally:
-        model.train(was_training)
-    return results  # type: ignore[return-value]
+    return _sample_prompts(model, prompt_ids, n, seed, chunk_samples, progress, block, shuffle=True)
 
 
 # engine name -> sampler with the sample_token_ids signature (the trainer's ``generation_engine``)

@@ -143,8 +143,8 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
     init = Path(init_model_dir)
     rows, summaries = [], []
     step0 = samples0 = wall0 = 0.0
-    for k, stage in enumerate(stages):
-        s = RLSettings.from_dict(stage)
+    settings = [RLSettings.from_dict(stage) for stage in stages]
+    for k, s in enumerate(settings):
         out = work / f"stage{k}-n{s.n_rollouts}"
         if progress:
             print(f"[arm {arm} seed {seed}] stage {k + 1}/{len(stages)}: N={s.n_rollouts} x "
@@ -160,7 +160,7 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
         wall0 += summary["wall_time_s"]
         init = out / "model"
 
-    first, last = work / "stage0-n{}".format(RLSettings.from_dict(stages[0]).n_rollouts), init.parent
+    first, last = work / f"stage0-n{settings[0].n_rollouts}", init.parent
     z0, z1 = np.load(first / "probe_baseline.npz"), np.load(last / "probe_end.npz")
     q_start, q_end = z0["q_pos"], z1["q_pos"]
     tail = (q_start > TAIL_LO) & (q_start < TAIL_HI)
@@ -175,10 +175,9 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
     end = summaries[-1]["probe_end"]
     summary = {
         "arm": arm, "seed": seed, "stages": len(stages),
-        "n_rollouts": [RLSettings.from_dict(st).n_rollouts for st in stages],
-        "prompts_per_step": [RLSettings.from_dict(st).prompts_per_step for st in stages],
-        "steps": int(step0), "generated_samples": int(samples0), "sample_budget": int(sum(
-            RLSettings.from_dict(st).sample_budget for st in stages)),
+        "n_rollouts": [s.n_rollouts for s in settings], "prompts_per_step": [s.prompts_per_step for s in settings],
+        "steps": int(step0), "generated_samples": int(samples0),
+        "sample_budget": int(sum(s.sample_budget for s in settings)),
         "kept_samples": int(sum(r["kept_samples"] or 0.0 for r in rows)),
         "wall_time_s": wall0, "generation_seconds": gen_s,
         "generation_samples_per_s": generated / gen_s if gen_s else math.nan,
