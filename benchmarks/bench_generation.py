@@ -6,10 +6,8 @@ sample, decode) on the tiny model with
 - ``hf``: TRL's path, ``model.generate`` on the N-times repeated prompt rows (no prefix sharing);
 - ``shared_prompt``: ``brorl.models.sample_token_ids``, one prefill per prompt, KV cache shared by its N rows;
 - ``prefix_tree``: ``brorl.models.sampling.sample_token_ids_tree``, one forward row per *distinct* partial
-  completion with a sample count split multinomially each step (same law as N i.i.d. samples). While
-  ``brorl.training.settings.GENERATION_ENGINES`` has no ``prefix_tree``, the trainer cannot dispatch to it, so
-  the benchmark runs the ``shared_prompt`` path of ``_generate`` (same tokenize, sample, decode) with the
-  trainer module's ``sample_token_ids`` swapped for ``sample_token_ids_tree`` during the measurement.
+  completion with a sample count split multinomially each step (same law as N i.i.d. samples); the
+  trainer's default engine.
 
 Each N uses total / N prompts (BroRL Table 2 compares samples/s at N = 16 and 512; pilot.md §6 the CPU case).
 The summary gives each engine's samples/s ratio between the largest and the smallest N against the issue's
@@ -63,21 +61,10 @@ def main(argv=None) -> int:
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from brorl.models.sampling import sample_token_ids_tree
     from brorl.tasks.core import TaskSettings, format_prompt, generate_split, max_new_tokens
-    from brorl.training import settings as rl_settings
-    from brorl.training import trainer as trainer_module
     from brorl.training.settings import RLSettings
     from brorl.training.stage import grpo_config
     from brorl.training.trainer import BroRLTrainer
-
-    native = set(getattr(rl_settings, "GENERATION_ENGINES", ()))
-
-    def engine_settings(engine: str):
-        """(settings, sampler swapped into the trainer module or None) for one engine."""
-        if engine == "prefix_tree" and engine not in native:
-            return dataclasses.replace(s, generation_engine="shared_prompt"), sample_token_ids_tree
-        return dataclasses.replace(s, generation_engine=engine), None
 
     torch.set_num_threads(args.threads)
     tmp = tempfile.TemporaryDirectory()
@@ -98,22 +85,15 @@ def main(argv=None) -> int:
     for n in args.ns:
         batch = [p for p in prompts[: args.total // n] for _ in range(n)]
         for engine in args.engines:
-            trainer.settings, swap = engine_settings(engine)
+            trainer.settings = dataclasses.replace(s, generation_engine=engine)
             trainer.num_generations = n
             best, mean_len = 0.0, 0.0
-            original = trainer_module.sample_token_ids
-            if swap is not None:
-                trainer_module.sample_token_ids = swap
-            try:
-                for rep in range(args.repeats):
-                    trainer._sampler_seed = rep
-                    t0 = time.perf_counter()
-                    _, completion_ids, *_ = trainer._generate(batch)
-                    rate = len(batch) / (time.perf_counter() - t0)
-                    best = max(best, rate)
-                    mean_len = sum(map(len, completion_ids)) / len(completion_ids)
-            finally:
-                trainer_module.sample_token_ids = original
+            for rep in range(args.repeats):
+                trainer._sampler_seed = rep
+                t0 = time.perf_counter()
+                _, completion_ids, *_ = trainer._generate(batch)
+                best = max(best, len(batch) / (time.perf_counter() - t0))
+                mean_len = sum(map(len, completion_ids)) / len(completion_ids)
             rows.append((n, len(batch) // n, len(batch), engine, best, mean_len))
             print(f"  N={n:4d} {engine:14s} {best:9.0f} samples/s", file=sys.stderr, flush=True)
 

@@ -324,3 +324,35 @@ def test_sigkill_resume_ends_with_the_same_steps(tiny):
     for a, b in zip(read_metrics(ref), rows):
         assert a["reward_mean"] == pytest.approx(b["reward_mean"]), a["step"]
         assert a["kept_prompts"] == b["kept_prompts"]
+
+
+@pytest.mark.parametrize("engine", ["prefix_tree", "shared_prompt", "hf"])
+def test_every_cpu_engine_trains_with_ppo_mini_batches(tiny, engine):
+    """Each CPU generation engine runs the same stage; mini_batches = 2 gives two AdamW steps per RL step, the
+    second on reused rollouts (ratios leave 1, so the clip can act)."""
+    from brorl.training.stage import read_metrics, train_stage
+
+    out = tiny / f"engine-{engine}"
+    settings = dict(RL, steps=2, mini_batches=2, generation_engine=engine, probe_every=0)
+    summary = train_stage(tiny / "sft", tiny / "data", out, settings, progress=False)
+    assert summary["steps"] == 2
+    rows = read_metrics(out)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(math.isfinite(r["loss"]) and r["generated_samples"] % 8 == 0 for r in rows)
+    state = torch.load(out / "model" / "optimizer.pt", weights_only=True)["state"][0]
+    assert int(state["step"]) == 4  # 2 RL steps x 2 mini-batches
+
+
+def test_sample_budget_ends_the_stage(tiny):
+    """steps = 0 and a budget: the stage stops at the first step whose running total of generated samples
+    (before filtering, refill rounds included) reaches the budget."""
+    from brorl.training.stage import read_metrics, train_stage
+
+    out = tiny / "budget"
+    budget = 3 * 8 * 4  # three single-round steps' worth
+    summary = train_stage(tiny / "sft", tiny / "data", out, dict(RL, steps=0, sample_budget=budget,
+                                                                  probe_every=0), progress=False)
+    rows = read_metrics(out)
+    totals = [r["generated_samples_total"] for r in rows]
+    assert totals[-1] >= budget and all(t < budget for t in totals[:-1])
+    assert summary["generated_samples"] == totals[-1] and summary["steps"] == len(rows) <= 3

@@ -88,6 +88,19 @@ def init_store(tracking: dict | None = None) -> str:
     raise RuntimeError(f"could not create MLflow experiment {cfg['experiment']!r} in {cfg['uri']}")
 
 
+def _close_killed_runs(experiment_id: str, rule: str, wildcards: str) -> None:
+    """A job killed by SIGKILL cannot end its MLflow run, which stays RUNNING. Snakemake never runs one job
+    twice at once, so when the job starts again, earlier RUNNING runs of the same rule and wildcards are dead:
+    mark them KILLED (the rerun's own run is the one a table cell should cite)."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    for run in client.search_runs([experiment_id], filter_string=f"tags.rule = '{rule}' and "
+                                  "attributes.status = 'RUNNING'"):
+        if run.data.tags.get("wildcards") == wildcards:
+            client.set_terminated(run.info.run_id, status="KILLED")
+
+
 @contextmanager
 def rule_run(rule: str, *, profile: str, config: dict, wildcards: dict | None = None,
              tracking: dict | None = None, params: dict | None = None) -> Iterator[Any]:
@@ -110,6 +123,7 @@ def rule_run(rule: str, *, profile: str, config: dict, wildcards: dict | None = 
         "config_hash": config_hash(config),
         **{f"wildcard.{k}": str(v) for k, v in wildcards.items()},
     }
+    _close_killed_runs(experiment_id, rule, tags["wildcards"])
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run:
         flat = flatten({**config, **(params or {})})
         items = list(flat.items())

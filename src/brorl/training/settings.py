@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from brorl.settings import settings_kwargs
 
 LR_RULES = ("sqrt", "constant")
-GENERATION_ENGINES = ("shared_prompt", "hf", "vllm")
+GENERATION_ENGINES = ("prefix_tree", "shared_prompt", "hf", "vllm")
 VLLM_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
@@ -71,9 +71,12 @@ class RLSettings:
     reset_optimizer: bool = False
     """At the stage start: False keeps the previous stage's AdamW moments when ``<init_model_dir>/optimizer.pt``
     exists (ProRLv2 reference reset [paper]); True starts AdamW fresh (ProRL v1 hard reset [paper])."""
-    generation_engine: str = "shared_prompt"
-    """``shared_prompt``: prefill each prompt once and share its KV cache over the N samples (brorl.models);
-    ``hf``: TRL's ``model.generate``; ``vllm``: TRL's vLLM path (GPU only)."""
+    generation_engine: str = "prefix_tree"
+    """``prefix_tree``: sample the N completions of a prompt as a prefix tree, one forward row per distinct
+    partial completion with the N draws split over next tokens by a multinomial (same law as N iid samples;
+    ``brorl.models.sampling.sample_token_ids_tree``); ``shared_prompt``: prefill each prompt once and share its
+    KV cache over the N rows (``sample_token_ids``); ``hf``: TRL's ``model.generate`` on N repeated rows;
+    ``vllm``: TRL's vLLM path (GPU only)."""
     vllm_importance_sampling: bool = True
     """With vLLM rollouts, correct the engine/trainer mismatch by importance sampling (ProRLv2 [paper])."""
     vllm_is_mode: str = "token_mask"
@@ -96,7 +99,6 @@ class RLSettings:
     than ``plateau_delta``. 0: no plateau stop (``steps`` / ``sample_budget`` alone end the stage)."""
     plateau_delta: float = 0.0
     """Smallest gain in validation pass@1 that counts as improvement for the plateau stop."""
-    """Validation prompts per family used by the probes (the first ones of each file)."""
     checkpoint_every: int = 10
     """Steps between resumable checkpoints (the last step always gets one)."""
     keep_checkpoints: bool = False

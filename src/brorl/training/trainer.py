@@ -36,9 +36,12 @@ What is built here, and why not on TRL's hooks:
 - **Loss.** TRL's KL is k3 (``exp(ref - logp) - (ref - logp) - 1``), hard-coded in ``_compute_loss``; ProRLv2
   uses k2, so ``_compute_loss`` is rewritten (clip-higher surrogate + k2, TRL's "dapo" normaliser; TRL's
   importance-weighted KL option ``use_bias_correction_kl`` is not applied).
-- **Shared-prompt generation** (``generation_engine="shared_prompt"``): TRL's HF path runs ``model.generate``
-  on the N repeated rows of each prompt (N prefills, no shared cache); ``brorl.models.sample_token_ids``
-  prefills each prompt once. 3.5-5x faster on the tiny model on CPU (``benchmarks/bench_generation.py``).
+- **Grouped generation** (``generation_engine`` ``prefix_tree`` or ``shared_prompt``): TRL's HF path runs
+  ``model.generate`` on the N repeated rows of each prompt (N prefills, no shared cache).
+  ``brorl.models.sample_token_ids`` prefills each prompt once and shares its KV cache over the N rows;
+  ``sample_token_ids_tree`` also merges rows that are still identical (one row per distinct partial
+  completion, the N draws split over next tokens by a multinomial: the same law as N iid samples), so its cost
+  grows with the number of distinct completions, not with N (``benchmarks/bench_generation.py``).
 - **Optimizer hand-over** between stages (kept or reset), crash-safe checkpoint marking.
 """
 
@@ -58,7 +61,7 @@ import torch
 from trl import GRPOTrainer
 from trl.trainer.utils import pad
 
-from brorl.models.sampling import sample_token_ids
+from brorl.models.sampling import SAMPLERS
 from brorl.training.settings import RLSettings
 
 CHECKPOINT_DONE = "brorl_checkpoint.json"  # written last: a checkpoint folder without it is incomplete
@@ -206,7 +209,7 @@ class BroRLTrainer(GRPOTrainer):
             rows = self._round_rows(r, size, inputs)
             prompts = [x["prompt"] for x in rows]
             self._sampler_seed = int(np.random.default_rng([s.seed, 4241, self.state.global_step, r]).integers(2**31))
-            # (the shared-prompt sampler's seed for this round; TRL's HF path uses the restored torch RNG)
+            # (the grouped sampler's seed for this round; TRL's HF path uses the restored torch RNG)
             t0 = time.perf_counter()
             prompt_ids, completion_ids, _, completions, logps, _, _, _ = self._generate(prompts)
             timing["generation"] += time.perf_counter() - t0
@@ -283,20 +286,20 @@ class BroRLTrainer(GRPOTrainer):
             self._metrics["train"][key].append(value)
         return out
 
-    # ----- shared-prompt generation (the N rows of a group share one prefilled prompt)
+    # ----- grouped generation (the N rows of a group share one prompt: prefix tree or shared KV cache)
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self.settings.generation_engine != "shared_prompt" or self.use_vllm or not self.model.training:
+        sampler = SAMPLERS.get(self.settings.generation_engine)
+        if sampler is None or self.use_vllm or not self.model.training:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
         n = num_generations
         heads = [list(prompt_ids[i]) for i in range(0, len(prompt_ids), n)]
         if any(list(prompt_ids[g * n + j]) != heads[g] for g in range(len(heads)) for j in range(n)):
-            raise RuntimeError("shared-prompt generation needs each prompt's N rows to be contiguous")
+            raise RuntimeError("grouped generation needs each prompt's N rows to be contiguous")
         eos, pad_id = self.eos_token_ids[0], self._tokenizer.pad_token_id
         model = self.accelerator.unwrap_model(self.model)
-        blocks = sample_token_ids(model, heads, n, self.max_completion_length, eos, pad_id,
-                                  temperature=self.temperature, seed=getattr(self, "_sampler_seed", 0),
-                                  chunk_samples=self.settings.chunk_samples)
+        blocks = sampler(model, heads, n, self.max_completion_length, eos, pad_id, temperature=self.temperature,
+                         seed=getattr(self, "_sampler_seed", 0), chunk_samples=self.settings.chunk_samples)
         completion_ids = []
         for block in blocks:
             for row in block.tolist():
