@@ -290,7 +290,7 @@ def test_sigkilled_training_job_resumes_on_the_same_snakemake_command(project):
     import mlflow
 
     work = project["work"]
-    results, ckpts = work / "results/train/n4/seed0", work / "resources/work/n4/seed0/stage0-n4/checkpoints"
+    results = work / "results/train/n4/seed0"
     reference = pd.read_csv(results / "metrics.csv")
     assert len(reference) >= 4
     for path in (results, work / "resources/checkpoints/n4/seed0", work / "resources/work/n4/seed0"):
@@ -302,8 +302,8 @@ def test_sigkilled_training_job_resumes_on_the_same_snakemake_command(project):
     killed = []
     deadline = time.time() + 300
     while time.time() < deadline and snake.poll() is None and not killed:
-        done = [int(p.name.split("-")[-1]) for p in ckpts.glob("checkpoint-*") if (p / "brorl_checkpoint.json").exists()] \
-            if ckpts.exists() else []
+        done = [int(p.name.split("-")[-1]) for p in (work / "resources/work/n4/seed0").glob("stage0-n4-*/checkpoints/"
+                "checkpoint-*") if (p / "brorl_checkpoint.json").exists()]
         if done and max(done) >= 2:
             for pid in _pids_running("train-arm", "--arm", "n4"):
                 os.kill(pid, 9)

@@ -356,3 +356,35 @@ def test_sample_budget_ends_the_stage(tiny):
     totals = [r["generated_samples_total"] for r in rows]
     assert totals[-1] >= budget and all(t < budget for t in totals[:-1])
     assert summary["generated_samples"] == totals[-1] and summary["steps"] == len(rows) <= 3
+
+
+def test_arm_work_folder_follows_the_start_models_content(tiny):
+    """Same settings and start model: the rerun finds its stage folder (resume / done). The start model
+    retrained in place (same path, new weights) or a changed setting: a fresh folder, never the old run."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    from brorl.training.arms import run_arm
+
+    init, work = tiny / "arm-init", tiny / "arm-work"
+    shutil.copytree(tiny / "sft", init)
+    stages = [dict(RL, steps=1, probe_every=0, sample_budget=0)]
+
+    def run(st=stages):
+        return run_arm(init, tiny / "data", work, st, tiny / "arm-model", tiny / "arm-results", progress=False)
+
+    first = run()
+    assert len(list(work.iterdir())) == 1
+    again = run()
+    assert len(list(work.iterdir())) == 1
+    assert {k: again[k] for k in ("steps", "generated_samples", "validation_pass1_end")} == {
+        k: first[k] for k in ("steps", "generated_samples", "validation_pass1_end")}
+    model = AutoModelForCausalLM.from_pretrained(str(init), local_files_only=True)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.05)
+    model.save_pretrained(str(init))
+    run()
+    assert len(list(work.iterdir())) == 2
+    run([dict(stages[0], eta0=2e-3)])
+    assert len(list(work.iterdir())) == 3

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from brorl.config import PROJECT_ROOT, ConfigError, validate_config
-from brorl.training.arms import plan
+from brorl.training.arms import plan, prorl_settings, stage_config
 from brorl.training.settings import RLSettings
 
 CONFIG = yaml.safe_load((PROJECT_ROOT / "config" / "config.yaml").read_text())
@@ -31,6 +31,22 @@ def test_plan_equal_budget_and_schedule():
         assert all(s.seed == 3 for s in settings)
     assert [RLSettings.from_dict(st).n_rollouts for st in arms["schedule"]] == [16, 64, 256, 512]
     assert RLSettings.from_dict(arms["n512"][0]).prompts_per_step == 1
+
+
+def test_stage_config_gives_each_arm_its_plan_and_nothing_else():
+    """A rule's params hold stage_config(rl, arm): the same stages, and independent of other arms and seeds."""
+    rl = CONFIG["rl"]
+    for seed in (0, 7):
+        for arm, stages in plan(rl, seed=seed).items():
+            assert plan(stage_config(rl, arm), seed=seed)[arm] == stages
+    assert prorl_settings(stage_config(rl, "prorl")) == prorl_settings(rl)
+    more = copy.deepcopy(rl)
+    more["arms"]["seeds"].append(9)
+    more["arms"]["batches"].append({"n_rollouts": 128, "prompts_per_step": 4})
+    more["arms"]["batches"][3]["prompts_per_step"] = 2  # n512 changes; n16 must not
+    assert stage_config(more, "n16") == stage_config(rl, "n16")
+    assert stage_config(more, "n512") != stage_config(rl, "n512")
+    assert stage_config(more, "prorl") == stage_config(rl, "prorl")
 
 
 @pytest.mark.parametrize("edit, key", [

@@ -3,7 +3,7 @@
 # over the configured seeds. Stage work folders (resumable checkpoints) live in resources/work/ and survive a
 # killed job: rerunning the same `snakemake` command resumes there (profiles/default: rerun-incomplete).
 # The paper profile's training (fetched ProRL checkpoint, vLLM rollouts) comes with the cluster profiles.
-from brorl.training.arms import plan
+from brorl.training.arms import plan, stage_config
 
 TRAIN = "rl" in config
 ARMS = list(plan(config["rl"])) if TRAIN else []
@@ -31,7 +31,7 @@ if TRAIN:
             summary="results/train/prorl/summary.json",
         params:
             rule_name="prorl_stage",
-            cfg=as_json(config["rl"]),
+            cfg=as_json(stage_config(config["rl"], "prorl")),
             tracking=TRACKING,
             profile=PROFILE,
         log:
@@ -60,7 +60,7 @@ if TRAIN:
             seed=r"\d+",
         params:
             rule_name="train_arm",
-            cfg=as_json(config["rl"]),
+            cfg=lambda wildcards: as_json(stage_config(config["rl"], wildcards.arm)),
             tracking=TRACKING,
             profile=PROFILE,
         log:

@@ -24,6 +24,7 @@ validation pass@1 at the arm's start and end) and ``summary.json``.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import os
@@ -64,6 +65,22 @@ def plan(rl: dict, seed: int | None = None) -> dict[str, list[dict]]:
         out["schedule"] = [{**base, **by_n.get(n, {"n_rollouts": n}), "sample_budget": share, "steps": 0, **extra}
                            for n in schedule]
     return out
+
+
+def stage_config(rl: dict, arm: str) -> dict:
+    """The part of ``rl`` one arm (or ``"prorl"``) depends on: ``plan`` of it gives that arm the same stages.
+
+    A rule's params hold this, not the whole ``rl`` section, so that adding a seed or an arm, or changing another
+    arm's batch, does not rerun the jobs it does not change."""
+    if arm == "prorl":
+        return {"recipe": rl.get("recipe", {}), "prorl": rl.get("prorl", {})}
+    arms = rl.get("arms", {})
+    schedule = arms.get("schedule", []) if arm == "schedule" else []
+    ns = set(schedule) if arm == "schedule" else {int(arm[1:])} if arm[1:].isdigit() else set()
+    keep = {k: v for k, v in arms.items() if k not in ("seeds", "batches", "schedule")}
+    return {"recipe": rl.get("recipe", {}),
+            "arms": {**keep, "batches": [b for b in arms.get("batches", []) if b["n_rollouts"] in ns],
+                     "schedule": schedule}}
 
 
 def plan_errors(rl: dict) -> list[str]:
@@ -132,6 +149,28 @@ def _write_rows(path: Path, rows: list[dict], columns) -> None:
     os.replace(tmp, path)
 
 
+def folder_digest(folder: Path) -> str:
+    """sha256 over a folder's files (relative paths and bytes), in path order."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(folder)).encode() + b"\0")
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def stage_tag(s: RLSettings, init_model_dir: Path) -> str:
+    """Names a stage's work folder by what determines its run: the settings that shape the policy and the
+    *content* of the model it starts from. A changed config or a retrained start model (same path, new
+    weights) gets a fresh folder instead of resuming, or returning, a run that belongs to the old one; the
+    same job killed and rerun finds its folder again."""
+    from brorl.training.stage import _settings_key
+
+    key = _settings_key(s) + folder_digest(init_model_dir)
+    return hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
 def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path, stages: list[dict],
             model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
             progress: bool = True) -> dict:
@@ -141,11 +180,12 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
     work, results = Path(work_dir), Path(results_out)
     results.mkdir(parents=True, exist_ok=True)
     init = Path(init_model_dir)
-    rows, summaries = [], []
+    rows, summaries, folders = [], [], []
     step0 = samples0 = wall0 = 0.0
     settings = [RLSettings.from_dict(stage) for stage in stages]
     for k, s in enumerate(settings):
-        out = work / f"stage{k}-n{s.n_rollouts}"
+        out = work / f"stage{k}-n{s.n_rollouts}-{stage_tag(s, init)}"
+        folders.append(out)
         if progress:
             print(f"[arm {arm} seed {seed}] stage {k + 1}/{len(stages)}: N={s.n_rollouts} x "
                   f"{s.prompts_per_step} prompts/step from {init}", flush=True)
@@ -160,7 +200,7 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
         wall0 += summary["wall_time_s"]
         init = out / "model"
 
-    first, last = work / f"stage0-n{settings[0].n_rollouts}", init.parent
+    first, last = folders[0], folders[-1]
     z0, z1 = np.load(first / "probe_baseline.npz"), np.load(last / "probe_end.npz")
     q_start, q_end = z0["q_pos"], z1["q_pos"]
     tail = (q_start > TAIL_LO) & (q_start < TAIL_HI)
