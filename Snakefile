@@ -23,6 +23,8 @@ include: "workflow/rules/theory.smk"
 include: "workflow/rules/fetch.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/training.smk"
+include: "workflow/rules/evaluation.smk"
+include: "workflow/rules/tables.smk"
 include: "workflow/rules/tracking.smk"
 
 
@@ -34,5 +36,7 @@ rule all:
         MODEL_OUTPUTS,
         TRAIN_OUTPUTS,
         ARM_CHECKPOINTS,
+        EVAL_OUTPUTS,
+        TABLE_OUTPUTS,
         DVC_FILES,
     default_target: True

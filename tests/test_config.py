@@ -9,7 +9,7 @@ import yaml
 
 from brorl.config import PROJECT_ROOT, ConfigError, load_config, validate_config
 
-PROFILES = ["config/config.yaml", "config/paper.yaml", "tests/configs/ci.yaml"]
+PROFILES = ["config/config.yaml", "config/strong.yaml", "config/paper.yaml", "tests/configs/ci.yaml"]
 
 
 def tiny():
@@ -57,6 +57,11 @@ CASES = [
      ["theory.summary_steps[1]", "theory.simulation.steps"]),
     ("sweep bounds", lambda c: c["theory"]["extended_sweep"].update(n_min=64, n_max=8),
      ["theory.extended_sweep.n_min", "n_min <= n_max"]),
+    ("unknown benchmark", lambda c: c["evaluation"].update(benchmarks=["tiny_add", "aime2024"]),
+     ["evaluation.benchmarks[1]", "aime2024", "tiny_add"]),
+    ("k = 0", lambda c: c["evaluation"].update(k=0), ["evaluation.k", "minimum"]),
+    ("evaluated model not fetched", lambda c: c["evaluation"].update(models=["brorl-released"]),
+     ["evaluation.models[0]", "checkpoints.fetch"]),
 ]
 
 

@@ -25,8 +25,11 @@ CI_CONFIG = "tests/configs/ci_run.yaml"  # written by the fixture: ci.yaml + a s
 REPO_ID = "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RULE_RUNS = ("theory_simulation", "theory_figure3", "theory_extended_sweep", "fetch_checkpoint",
-             "paper_data_blend", "tiny_tasks", "sft", "difficulty", "prorl_stage", "train_arm", "train_summary")
-RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3}  # sft + prorl; arms n4, n16, schedule x 1 seed
+             "paper_data_blend", "tiny_tasks", "sft", "difficulty", "prorl_stage", "train_arm", "train_summary",
+             "evaluate", *(f"paper_{name}" for name in ("table1", "table2", "table3", "table4", "table5", "ttest",
+                                                        "figure1", "figure4", "passk")))
+# sft + prorl; arms n4, n16, schedule x 1 seed; (prorl + 3 arms) x (tiny_add, tiny_multiple)
+RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3, "evaluate": 8}
 GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
 
 
@@ -200,7 +203,7 @@ def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     dvc_files = [str(p.relative_to(work)) for p in work.rglob("*.dvc") if p.is_file()]
     assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl_hub.dvc",
             "resources/models/sft.dvc", "resources/models/prorl.dvc", "results/train.dvc",
-            "resources/checkpoints.dvc"} <= set(dvc_files)
+            "resources/checkpoints.dvc", "results/eval.dvc", "results/tables.dvc", "results/figures.dvc"} <= set(dvc_files)
     sh(GIT + ["add", *dvc_files, "results/.gitignore", "resources/models/.gitignore"], work)
     sh(GIT + ["commit", "-qm", "track outputs"], work)
     clone = root / "clone"
@@ -260,7 +263,7 @@ def test_training_stage_arms_and_summary(project):
         folder = work / f"results/train/{arm}/seed0"
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["generated_samples"] >= 32  # at least one step ...
-        assert summary["sample_budget"] <= 160      # ... within the equal budget
+        assert summary["sample_budget"] <= 256      # ... within the equal budget
         rows = pd.read_csv(folder / "metrics.csv")
         assert rows["arm_generated_samples"].is_monotonic_increasing
         assert (work / f"resources/checkpoints/{arm}/seed0/model.safetensors").exists()
@@ -269,6 +272,38 @@ def test_training_stage_arms_and_summary(project):
     md = (work / "results/train/summary.md").read_text()
     assert "ProRL stalls" in md and "pass rate rises with N" in md and "| n16 |" in md
     assert (work / "results/data/difficulty_prorl.csv").exists()
+
+
+def test_evaluation_and_paper_tables_trace_to_their_runs(project):
+    """Every (model, benchmark) has its lm-eval JSON; a table cell shows exactly the evaluate run's value and
+    names that run; the report has the "Paper tables" category."""
+    import mlflow
+
+    work = project["work"]
+    models = ["prorl", "n4-seed0", "n16-seed0", "schedule-seed0"]
+    for model in models:
+        for bench, size in (("tiny_add", 16), ("tiny_multiple", 8)):
+            record = json.loads((work / f"results/eval/{model}/{bench}.json").read_text())
+            assert record["k"] == 4 and len(record["samples"]) == size
+            assert all(len(x["correct"]) == 4 for x in record["samples"])
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("brorl-ci")
+    run = client.search_runs([exp.experiment_id], filter_string="tags.rule = 'evaluate' and "
+                             "tags.`wildcard.model` = 'n16-seed0' and tags.`wildcard.benchmark` = 'tiny_add'")[0]
+    record = json.loads((work / "results/eval/n16-seed0/tiny_add.json").read_text())
+    assert run.data.metrics["mean_at_k"] == pytest.approx(record["metrics"]["mean_at_k"])
+    cells = pd.read_csv(work / "results/tables/table3_cells.csv")
+    cell = cells[(cells.source != "paper") & (cells.column == "tiny_add") & cells.row.str.contains("n16")].iloc[0]
+    assert cell["value"] == pytest.approx(100 * record["metrics"]["mean_at_k"])
+    assert run.info.run_id in cell["run_ids"]
+    for name in ("table1", "table2", "table3", "table4", "table5", "ttest"):
+        md = (work / f"results/tables/{name}.md").read_text()
+        assert "| paper |" in md and "ours (ci)" in md, name
+    assert "not in the ci profile" in (work / "results/tables/table5.md").read_text()
+    for name in ("figure1", "figure4", "passk"):
+        assert (work / f"results/figures/{name}.png").stat().st_size > 10_000
+    sh(["snakemake", "--report", "report-tables.html", "--configfile", CI_CONFIG], work)
+    assert "Paper tables" in (work / "report-tables.html").read_text(errors="replace")
 
 
 def _pids_running(*words: str) -> list[int]:

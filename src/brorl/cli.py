@@ -284,6 +284,58 @@ def cmd_train_summary(args) -> int:
     return 0
 
 
+def cmd_evaluate(args) -> int:
+    """One model on one benchmark through lm-eval -> results/eval/<model>/<benchmark>.json (+ MLflow run)."""
+    import mlflow
+
+    from brorl.evaluation.runner import evaluate
+
+    cfg = json.loads(args.config)
+    with _run(args, params={"model_dir": args.model}):
+        out = evaluate(args.model, args.benchmark, args.data, args.out, k=cfg.get("k"),
+                       temperature=cfg.get("temperature"), seed=cfg.get("seed", 1234),
+                       batch_size=cfg.get("batch_size", 256), cache_dir=args.cache,
+                       limit=cfg.get("limit") or None, threads=cfg.get("threads") or None)
+        metrics = dict(out["metrics"])
+        for category, values in out.get("categories", {}).items():
+            metrics.update({f"category/{category}/{key}": value for key, value in values.items()})
+        mlflow.log_metrics({**_numeric(metrics), "seconds": float(out["seconds"]), "cached": float(out["cached"])})
+        mlflow.set_tags({"model_hash": out["model_hash"], "task_hash": out["task_hash"]})
+        mlflow.log_artifact(args.out)
+    m, k = out["metrics"], out["k"]
+    top = max((int(key[8:]) for key in m if key.startswith("pass_at_")), default=k)
+    print(f"[evaluate] {args.model} on {args.benchmark}: mean@{k} {m['mean_at_k']:.4f}, pass@{top} "
+          f"{m[f'pass_at_{top}']:.4f} over {int(m['n_problems'])} problems{' (cached)' if out['cached'] else ''}"
+          f" -> {args.out}")
+    return 0
+
+
+def cmd_paper_table(args) -> int:
+    """One paper table or figure rebuilt from the MLflow runs, the paper's values beside ours."""
+    import mlflow
+
+    from brorl.tables import FIGURES, build_figure, build_table
+    from brorl.tracking import _tracking
+
+    cfg = json.loads(args.config)
+    tracking = _tracking(json.loads(args.tracking))
+    common = dict(tracking_uri=tracking["uri"], experiment=tracking["experiment"], profile=args.profile, plan=cfg)
+    with _run(args):
+        if args.name in FIGURES:
+            out = build_figure(args.name, out_png=args.png, out_csv=args.csv, **common)
+        else:
+            out = build_table(args.name, out_csv=args.csv, out_md=args.md, out_cells=args.cells, **common)
+        mlflow.log_metrics(_numeric(out.get("metrics", {})))
+        mlflow.set_tag("source_runs", ",".join(sorted(set(out.get("run_ids", []))))[:5000])
+        for path in (args.csv, args.md, args.cells, args.png):
+            if path and Path(path).exists():
+                mlflow.log_artifact(path)
+    gaps = out.get("gaps", [])
+    print(f"[paper-table] {args.name}: {len(set(out.get('run_ids', [])))} source runs, {len(gaps)} gap(s)"
+          + "".join(f"\n  gap: {g}" for g in gaps[:10]))
+    return 0
+
+
 def _numeric(d, prefix: str = "") -> dict[str, float]:
     """Flatten a nested dict of numbers into MLflow metric names (keys sanitised)."""
     out = {}
@@ -407,6 +459,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--csv", required=True)
     p.add_argument("--png", required=True)
     p.set_defaults(func=cmd_train_summary)
+
+    p = sub.add_parser("evaluate", help="one model on one benchmark through lm-eval (cached by content hash)")
+    _rule_args(p)
+    p.add_argument("--model", required=True, help="HF model folder")
+    p.add_argument("--benchmark", required=True, help="registered benchmark (brorl.evaluation.benchmarks)")
+    p.add_argument("--data", required=True, help="the benchmark's data folder")
+    p.add_argument("--out", required=True, help="results/eval/<model>/<benchmark>.json")
+    p.add_argument("--cache", default=None, help="result cache folder (keyed by model and task hashes)")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("paper-table", help="a paper table or figure rebuilt from the MLflow runs")
+    _rule_args(p)
+    p.add_argument("--name", required=True, help="table1..table5, ttest, figure1, figure4, passk")
+    p.add_argument("--csv", default=None)
+    p.add_argument("--md", default=None)
+    p.add_argument("--cells", default=None, help="per-cell CSV: value, spread, gap reason, MLflow run ids")
+    p.add_argument("--png", default=None)
+    p.set_defaults(func=cmd_paper_table)
 
     p = sub.add_parser("init-tracking", help="create the MLflow store and experiment")
     p.add_argument("--tracking", default="{}")

@@ -88,6 +88,23 @@ def cross_field_errors(config: dict) -> list[str]:
         if "prorl" in (config.get("checkpoints", {}).get("fetch") or {}):
             errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output when `rl` "
                           "is set; fetch the hub checkpoint under another name [rule: one writer per folder]")
+    evaluation = config.get("evaluation")
+    if isinstance(evaluation, dict):
+        from brorl.evaluation.benchmarks import benchmark_names
+
+        known = benchmark_names()
+        for i, name in enumerate(evaluation.get("benchmarks") or []):
+            if name not in known:
+                errors.append(f"evaluation.benchmarks[{i}]: unknown benchmark {name!r} (registered: "
+                              f"{', '.join(known)}) [rule: brorl.evaluation.benchmarks]")
+        tiny = [b for b in evaluation.get("benchmarks") or [] if str(b).startswith("tiny_")]
+        if tiny and "sft" not in config:
+            errors.append("evaluation.benchmarks: the tiny_* benchmarks read the tiny tasks' test splits, which "
+                          "only the tiny profile makes (`sft` and `tasks`) [rule: tiny benchmarks need the tiny tasks]")
+        for i, name in enumerate(evaluation.get("models") or []):
+            if name not in (config.get("checkpoints", {}).get("fetch") or {}):
+                errors.append(f"evaluation.models[{i}]: {name!r} is not a fetched checkpoint "
+                              "(checkpoints.fetch) [rule: evaluated models exist]")
     return errors
 
 

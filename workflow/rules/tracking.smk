@@ -9,6 +9,9 @@ DVC_TRACKED = {
     **{manifest: [manifest] for manifest in FETCH_MANIFESTS},
     **({"results/train": ARM_RESULTS_FILES + TRAIN_SUMMARY, "resources/checkpoints": ARM_CHECKPOINTS}
        if TRAIN else {}),
+    **({"results/eval": EVAL_OUTPUTS} if EVAL_OUTPUTS else {}),
+    **({"results/tables": [p for p in TABLE_OUTPUTS if p.startswith("results/tables/")],
+        "results/figures": [p for p in TABLE_OUTPUTS if p.startswith("results/figures/")]} if TABLE_OUTPUTS else {}),
 }
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
 

@@ -1,0 +1,38 @@
+"""The paper's tables and figures rebuilt from MLflow runs, with the paper's numbers beside ours.
+
+    from brorl.tables import build_table, build_figure, build_all, Plan
+
+    build_table("table1", tracking_uri="sqlite:///mlflow.db", experiment="brorl-tiny", profile="tiny",
+                out_csv="results/tables/table1.csv", out_md="results/tables/table1.md", plan=config)
+
+Tables: ``table1`` ... ``table5`` (BroRL Tables 1-5) and ``ttest`` (the paired t-test); figures: ``figure1``,
+``figure4`` and ``passk``. The paper's numbers live in ``paper_reference.yaml`` (:func:`load_reference`).
+"""
+
+from brorl.tables.build import TABLES, build_table, make_table
+from brorl.tables.figures import FIGURES, build_figure
+from brorl.tables.plan import Plan
+from brorl.tables.reference import load_reference, paper_row
+from brorl.tables.store import RunStore
+
+
+def build_all(*, tracking_uri: str, experiment: str, profile: str, tables_dir="results/tables",
+              figures_dir="results/figures", plan=None) -> dict:
+    """Every table (``<tables_dir>/<name>.csv|.md|_cells.csv``) and figure (``<figures_dir>/<name>.png|.csv``);
+    returns ``{name: result of build_table / build_figure}``."""
+    from pathlib import Path
+
+    out = {}
+    for name in TABLES:
+        out[name] = build_table(name, tracking_uri=tracking_uri, experiment=experiment, profile=profile,
+                                out_csv=Path(tables_dir) / f"{name}.csv", out_md=Path(tables_dir) / f"{name}.md",
+                                plan=plan)
+    for name in FIGURES:
+        out[name] = build_figure(name, tracking_uri=tracking_uri, experiment=experiment, profile=profile,
+                                 out_png=Path(figures_dir) / f"{name}.png", out_csv=Path(figures_dir) / f"{name}.csv",
+                                 plan=plan)
+    return out
+
+
+__all__ = ["TABLES", "FIGURES", "Plan", "RunStore", "build_all", "build_figure", "build_table", "load_reference",
+           "make_table", "paper_row"]

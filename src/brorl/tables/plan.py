@@ -1,0 +1,109 @@
+"""What the tables expect to find: the arms, seeds, benchmarks and extra models of a profile.
+
+A cell whose run the plan expects but the store lacks becomes an explicit gap ("missing: ..."); a column
+the profile has no benchmark for is a gap of another kind ("not in the tiny profile"). Build the plan from
+the pipeline config (:meth:`Plan.from_config`) or, without one, from the runs in the store (:meth:`Plan.infer`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+MATH = ("aime24", "aime25", "amc", "math500", "minerva", "olympiadbench")
+CODE = ("apps", "codecontests", "codeforces", "taco")
+REASONING_GYM = "reasoning_gym"
+RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
+                 "graphs", "induction", "logic")
+TINY = ("tiny_add", "tiny_multiple")
+OTHER = ("gpqa_diamond", "ifeval")
+
+DEFAULT_BENCHMARKS = {
+    "tiny": list(TINY),
+    "ci": list(TINY),
+    # No code evaluation exists yet: the paper plan leaves the code benchmarks out (Table 4 says so).
+    "paper": [*MATH, *OTHER, REASONING_GYM],
+}
+
+_ARM_MODEL = re.compile(r"(n\d+|schedule)-seed(\d+)")
+
+
+def arm_order(arm: str):
+    m = re.fullmatch(r"n(\d+)", arm)
+    return (0, int(m.group(1))) if m else (1, 0)
+
+
+def arm_n(arm: str) -> int | None:
+    m = re.fullmatch(r"n(\d+)", arm)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class Plan:
+    profile: str
+    arms: list[str] = field(default_factory=list)       # n16, n64, ..., schedule
+    seeds: list[str] = field(default_factory=list)      # "0", "1"
+    benchmarks: list[str] = field(default_factory=list)
+    extra_models: list[str] = field(default_factory=list)  # evaluated checkpoints not trained here
+    train_prorl: bool = True                             # False: the ProRL checkpoint is fetched
+
+    def __post_init__(self):
+        self.arms = sorted(dict.fromkeys(self.arms), key=arm_order)
+        self.seeds = sorted(dict.fromkeys(str(s) for s in self.seeds), key=int)
+        self.benchmarks = list(dict.fromkeys(self.benchmarks))
+
+    @property
+    def base_arm(self) -> str | None:
+        """The smallest-N arm: the ProRL continuation (n16) every larger N is compared with."""
+        ns = [a for a in self.arms if arm_n(a) is not None]
+        return ns[0] if ns else None
+
+    def has(self, benchmarks) -> list[str]:
+        return [b for b in benchmarks if b in self.benchmarks]
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Plan":
+        """From the pipeline's config (``profile``, ``rl.arms``, ``rl.prorl``, optional ``evaluation``)."""
+        profile = config.get("profile", "tiny")
+        rl = config.get("rl") or {}
+        arms_cfg = rl.get("arms") or {}
+        arms = [f"n{b['n_rollouts']}" for b in arms_cfg.get("batches", [])]
+        if arms_cfg.get("schedule"):
+            arms.append("schedule")
+        ev = config.get("evaluation") or {}
+        benchmarks = ev.get("benchmarks") or DEFAULT_BENCHMARKS.get(profile, list(TINY))
+        if ev.get("models") is not None:
+            extra = [m for m in ev["models"] if m != "prorl" and not _ARM_MODEL.fullmatch(m)]
+        else:
+            extra = [m for m in ((config.get("checkpoints") or {}).get("fetch") or {}) if m != "prorl"]
+        return cls(profile=profile, arms=arms, seeds=arms_cfg.get("seeds", []), benchmarks=list(benchmarks),
+                   extra_models=extra, train_prorl="prorl" in rl)
+
+    @classmethod
+    def infer(cls, store) -> "Plan":
+        """From the runs in the store (any status): every arm, seed, benchmark and model seen anywhere."""
+        from brorl.tables.store import RULE_ARM, RULE_EVAL, RULE_PRORL
+
+        recs = [*store.finished.values(), *store.other.values()]
+        arms, seeds, benchmarks, extra = [], [], [], []
+        for r in recs:
+            if r.rule == RULE_ARM and "arm" in r.wildcards:
+                arms.append(r.wildcards["arm"])
+                if "seed" in r.wildcards:
+                    seeds.append(r.wildcards["seed"])
+            elif r.rule == RULE_EVAL:
+                if "benchmark" in r.wildcards:
+                    benchmarks.append(r.wildcards["benchmark"])
+                m = _ARM_MODEL.fullmatch(r.wildcards.get("model", ""))
+                if m:
+                    arms.append(m.group(1))
+                    seeds.append(m.group(2))
+                elif r.wildcards.get("model") not in (None, "prorl"):
+                    extra.append(r.wildcards["model"])
+        if not benchmarks:
+            benchmarks = DEFAULT_BENCHMARKS.get(store.profile, list(TINY))
+        order = {b: i for i, b in enumerate([*MATH, *CODE, *OTHER, REASONING_GYM, *TINY])}
+        benchmarks = sorted(set(benchmarks), key=lambda b: (order.get(b, len(order)), b))
+        train_prorl = store.profile != "paper" or any(r.rule == RULE_PRORL for r in recs)
+        return cls(profile=store.profile, arms=arms, seeds=seeds, benchmarks=benchmarks,
+                   extra_models=sorted(set(extra)), train_prorl=train_prorl)

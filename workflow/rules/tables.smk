@@ -1,0 +1,79 @@
+# The paper's tables and figures (brorl.tables), each a named rule and its own MLflow run, rebuilt from the
+# MLflow runs of the training and evaluation rules with the paper's values (src/brorl/tables/paper_reference.yaml)
+# beside ours. A missing evaluation is an explicit gap in the table, never a zero.
+PAPER_TABLES = {
+    "table1": "BroRL Table 1: efficiency and performance (N, prompts/step, steps, samples, hours, scores)",
+    "table2": "BroRL Table 2: dynamic-sampling pass rate and generation throughput per N",
+    "table3": "BroRL Table 3: math pass@1 per benchmark",
+    "table4": "BroRL Table 4: code pass@1 per benchmark",
+    "table5": "BroRL Table 5: Reasoning Gym per category",
+    "ttest": "BroRL §5: paired t-test on per-instance pass@1 at equal compute",
+}
+PAPER_FIGURES = {
+    "figure1": "BroRL Figure 1: score against training hours and against samples",
+    "figure4": "BroRL Figure 4: per-task pass@1 against training hours",
+    "passk": "pass@k curves per arm (ProRL's reasoning-boundary view; BroRL does not report it)",
+}
+TABLES_ON = EVAL
+TABLE_INPUTS = EVAL_OUTPUTS + ([f"{folder}/summary.json" for folder in ARM_RESULTS] if TRAIN else [])
+TABLE_PLAN = as_json({key: config.get(key) for key in ("profile", "rl", "evaluation", "checkpoints")})
+TABLE_OUTPUTS = (
+    [f"results/tables/{name}.{ext}" for name in PAPER_TABLES for ext in ("csv", "md")]
+    + [f"results/figures/{name}.png" for name in PAPER_FIGURES]
+    if TABLES_ON else []
+)
+
+if TABLES_ON:
+    for _name, _title in PAPER_TABLES.items():
+
+        rule:
+            name:
+                f"paper_{_name}"
+            input:
+                TABLE_INPUTS,
+            output:
+                csv=report(f"results/tables/{_name}.csv", category="Paper tables", caption="../report/paper_table.rst",
+                           labels={"table": _name, "title": _title}),
+                md=f"results/tables/{_name}.md",
+                cells=f"results/tables/{_name}_cells.csv",
+            params:
+                rule_name=f"paper_{_name}",
+                name=_name,
+                cfg=TABLE_PLAN,
+                tracking=TRACKING,
+                profile=PROFILE,
+            log:
+                f"logs/tables/{_name}.log",
+            threads: 1
+            conda:
+                "../envs/brorl.yaml"
+            shell:
+                "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+                " --tracking {params.tracking:q} --name {params.name} --csv {output.csv} --md {output.md}"
+                " --cells {output.cells} 2>&1 | tee {log}"
+
+    for _name, _title in PAPER_FIGURES.items():
+
+        rule:
+            name:
+                f"paper_{_name}"
+            input:
+                TABLE_INPUTS,
+            output:
+                png=report(f"results/figures/{_name}.png", category="Paper tables", caption="../report/paper_table.rst",
+                           labels={"figure": _name, "title": _title}),
+                csv=f"results/figures/{_name}.csv",
+            params:
+                rule_name=f"paper_{_name}",
+                name=_name,
+                cfg=TABLE_PLAN,
+                tracking=TRACKING,
+                profile=PROFILE,
+            log:
+                f"logs/tables/{_name}.log",
+            threads: 1
+            conda:
+                "../envs/brorl.yaml"
+            shell:
+                "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+                " --tracking {params.tracking:q} --name {params.name} --png {output.png} --csv {output.csv} 2>&1 | tee {log}"
