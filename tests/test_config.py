@@ -119,3 +119,22 @@ def test_command_line_overrides_apply_to_the_default_profile():
     assert proc.returncode != 0
     assert "profile: 'huge' is not one of" in text
     assert "required key is missing" not in text  # the rest still comes from config/config.yaml
+
+
+def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_path):
+    """`snakemake -n` on the paper profile plans the benchmark data (pinned fetch / generation), one evaluate
+    job per (fetched checkpoint, benchmark) with the vllm backend, and every paper table."""
+    proc = subprocess.run(
+        ["snakemake", "-n", "--configfile", str(PROJECT_ROOT / "config/paper.yaml"), "--directory", str(tmp_path),
+         "--snakefile", str(PROJECT_ROOT / "Snakefile")],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    counts = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counts[parts[0]] = int(parts[1])
+    assert counts["benchmark_data"] == 9 and counts["evaluate"] == 2 * 9 and counts["fetch_checkpoint"] == 2
+    assert all(counts[f"paper_{name}"] == 1 for name in ("table1", "table3", "table5", "ttest", "figure1"))
+    assert "results/eval/brorl-released/reasoning_gym.json" in proc.stdout
+    assert '"backend": "vllm"' in proc.stdout

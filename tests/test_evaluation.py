@@ -318,3 +318,23 @@ def test_lm_eval_disagreement_is_an_error(tiny_model, multiple_result):
     bad["samples"]["brorl_tiny_multiple"][0]["filtered_resps"] = [s0["completions"][:1]]
     with pytest.raises(RuntimeError, match="take_first_k"):
         runner.collect_results(bad, bench, K)
+
+
+def test_vllm_backend_reaches_lm_eval_with_its_model_args(tiny_model, tmp_path, monkeypatch):
+    """The paper profile's path (no GPU or vLLM here): evaluate hands lm-eval ``model="vllm"`` and the extra
+    model_args; an unknown backend is refused."""
+    root = tiny_model
+    seen = {}
+
+    def fake(**kw):
+        seen.update(kw)
+        raise RuntimeError("stop: no vLLM here")
+
+    monkeypatch.setattr(runner, "_run_lm_eval", fake)
+    with pytest.raises(RuntimeError, match="no vLLM"):
+        runner.evaluate(root / "sft", "tiny_add", root / "data", None, k=K, seed=SEED, batch_size=BATCH,
+                        backend="vllm", backend_args={"tensor_parallel_size": 2, "gpu_memory_utilization": 0.8})
+    assert seen["model"] == "vllm"
+    assert seen["model_args"]["tensor_parallel_size"] == 2 and seen["model_args"]["pretrained"].endswith("sft")
+    with pytest.raises(ValueError, match="backend"):
+        runner.evaluate(root / "sft", "tiny_add", root / "data", None, backend="sglang")

@@ -295,7 +295,9 @@ def cmd_evaluate(args) -> int:
         out = evaluate(args.model, args.benchmark, args.data, args.out, k=cfg.get("k"),
                        temperature=cfg.get("temperature"), seed=cfg.get("seed", 1234),
                        batch_size=cfg.get("batch_size", 256), cache_dir=args.cache,
-                       limit=cfg.get("limit") or None, threads=cfg.get("threads") or None)
+                       limit=cfg.get("limit") or None, threads=cfg.get("threads") or None,
+                       backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
+                       device=cfg.get("device", "cpu"), dtype=cfg.get("dtype", "float32"))
         metrics = dict(out["metrics"])
         for category, values in out.get("categories", {}).items():
             metrics.update({f"category/{category}/{key}": value for key, value in values.items()})
@@ -307,6 +309,25 @@ def cmd_evaluate(args) -> int:
     print(f"[evaluate] {args.model} on {args.benchmark}: mean@{k} {m['mean_at_k']:.4f}, pass@{top} "
           f"{m[f'pass_at_{top}']:.4f} over {int(m['n_problems'])} problems{' (cached)' if out['cached'] else ''}"
           f" -> {args.out}")
+    return 0
+
+
+def cmd_prepare_benchmark(args) -> int:
+    """A paper benchmark as JSONL: fetched at a pinned revision (verified on rerun) or generated (Reasoning Gym)."""
+    import mlflow
+
+    from brorl.evaluation.paper_data import prepare_benchmark
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        info = prepare_benchmark(args.name, cfg.get("source"), args.dest,
+                                 revision=(cfg.get("revisions") or {}).get(args.name),
+                                 log_fn=lambda msg: print(f"[prepare-benchmark] {msg}", flush=True))
+        mlflow.set_tags({"benchmark_status": info["status"], "commit": str(info.get("commit")),
+                         "sha256": str(info.get("sha256"))})
+        mlflow.log_metrics({"n_records": float(info["n_records"])})
+        mlflow.log_artifact(info["meta"])
+    print(f"[prepare-benchmark] {args.name}: {info['status']}, {info['n_records']} records -> {args.dest}")
     return 0
 
 
@@ -468,6 +489,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="results/eval/<model>/<benchmark>.json")
     p.add_argument("--cache", default=None, help="result cache folder (keyed by model and task hashes)")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("prepare-benchmark", help="a paper benchmark as JSONL (pinned fetch or generation)")
+    _rule_args(p)
+    p.add_argument("--name", required=True, help="aime24, ..., gpqa_diamond, ifeval, reasoning_gym")
+    p.add_argument("--dest", required=True, help="results/data/benchmarks/<name>/test.jsonl")
+    p.set_defaults(func=cmd_prepare_benchmark)
 
     p = sub.add_parser("paper-table", help="a paper table or figure rebuilt from the MLflow runs")
     _rule_args(p)

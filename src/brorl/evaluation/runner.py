@@ -203,6 +203,7 @@ def evaluate(model_dir: str | Path, benchmark: str, data_dir: str | Path, out_js
              k: int | None = None, temperature: float | None = None, seed: int = 1234, batch_size: int = 256,
              cache_dir: str | Path | None = None, limit: int | None = None, max_gen_toks: int | None = None,
              device: str = "cpu", dtype: str = "float32", threads: int | None = None, force: bool = False,
+             backend: str = "hf", backend_args: dict | None = None,
              log: Callable[[str], None] | None = _log) -> dict:
     """Evaluate ``model_dir`` (an HF folder) on ``benchmark`` and write ``out_json``; returns the same dict.
 
@@ -211,7 +212,13 @@ def evaluate(model_dir: str | Path, benchmark: str, data_dir: str | Path, out_js
     fewshot seeds (the CLI's ``--seed seed``); the batch size changes the random stream, so it is part of the
     task hash. ``limit``: evaluate the first ``limit`` problems only. ``cache_dir`` None: no cache; ``force``:
     re-evaluate and overwrite the cache entry. ``threads``: ``torch.set_num_threads`` before the run.
+    ``backend``: lm-eval's model type (``hf`` here; ``vllm`` for the paper profile on GPUs, with
+    ``backend_args`` such as ``tensor_parallel_size`` / ``gpu_memory_utilization`` / ``max_model_len`` added to
+    its ``model_args``); both enter the task hash.
     """
+    if backend not in ("hf", "vllm"):
+        raise ValueError(f"backend must be 'hf' or 'vllm', got {backend!r}")
+    backend_args = dict(backend_args or {})
     t0 = time.perf_counter()
     say = log or (lambda _msg: None)
     bench: Benchmark = get_benchmark(benchmark)
@@ -234,6 +241,7 @@ def evaluate(model_dir: str | Path, benchmark: str, data_dir: str | Path, out_js
                     "temperature": temperature, "max_gen_toks": max_gen_toks, "stop_token_ids": stop_ids,
                     "seed": int(seed), "batch_size": int(batch_size), "limit": None if limit is None else int(limit),
                     "device": device, "dtype": dtype, "apply_chat_template": bench.apply_chat_template,
+                    **({"backend": backend, "backend_args": backend_args} if backend != "hf" or backend_args else {}),
                     "versions": {d: _version(d) for d in ("lm_eval", "torch", "transformers")},
                     "cache_version": CACHE_VERSION}
         hash_inputs = task_hash_inputs(bench, task_dir, data_dir, settings)
@@ -261,7 +269,7 @@ def evaluate(model_dir: str | Path, benchmark: str, data_dir: str | Path, out_js
 
         task_manager = TaskManager(include_path=str(task_dir), include_defaults=False)
         t_run = time.perf_counter()
-        res = _run_lm_eval(model="hf", model_args={"pretrained": str(model_abs), "dtype": dtype},
+        res = _run_lm_eval(model=backend, model_args={"pretrained": str(model_abs), "dtype": dtype, **backend_args},
                            tasks=[bench.lm_eval_task], batch_size=int(batch_size), device=device, limit=limit,
                            log_samples=True, apply_chat_template=bench.apply_chat_template,
                            task_manager=task_manager, random_seed=int(seed), numpy_random_seed=int(seed),

@@ -1,0 +1,710 @@
+"""The paper profile's evaluation data: a table of benchmarks -> pinned hub snapshots, and their JSONL cache.
+
+:data:`PAPER_BENCHMARKS` says, for every benchmark the paper profile evaluates, where its problems come from
+(a Hugging Face dataset repository at a revision, fetched through :mod:`brorl.fetch` -- the same pinned,
+sha256-manifested code path as the checkpoints -- or, for Reasoning Gym, generated locally), which files of
+the snapshot hold them and which columns are the problem text, the gold answer and the id.
+:func:`prepare_benchmark` turns that into one JSONL file per benchmark, one record per problem::
+
+    {"id": ..., "benchmark": ..., "prompt": <the user message>, "problem": <the raw problem text>,
+     "answer": <gold>, "source": <repo@commit:file#row or generator settings>, ...kind-specific fields}
+
+- math (aime24, aime25, amc, math500, minerva, olympiadbench): ``answer`` is the gold answer as text (lists
+  joined with ", ", integral floats as integers); scored by :func:`brorl.rewards.math_reward`;
+- gpqa_diamond: ``choices`` (the four options, shuffled per record with a fixed seed), ``answer`` the gold
+  letter A-D, ``answer_text`` the gold option, ``domain``;
+- ifeval: ``key``, ``instruction_id_list``, ``kwargs`` (a JSON string: lm-eval's checker arguments) and an empty
+  ``answer``;
+- reasoning_gym: ``category`` (one of the paper's 11), ``task`` (the reasoning-gym dataset), ``entry`` (the
+  reasoning-gym item as a JSON string, what its verifier scores) and ``answer`` (its gold answer, "" for the
+  tasks whose verifier checks validity instead: boxnet, graph_color, propositional_logic, rubiks_cube,
+  rush_hour in 0.1.25).
+
+Revisions: every ``revision`` below is the placeholder ``"main"`` (``revision_pinned=False``): the papers name
+no commits. The first :func:`prepare_benchmark` resolves it and the fetch manifest (and the JSONL's meta file)
+records the commit; later runs verify that commit's files and never re-resolve ``main`` unless asked
+(``refresh=True``). Put a 40-hex commit in the table (or pass ``revision=``) to pin one.
+
+Prompts (the user message; the chat template is applied by lm-eval, ``--apply_chat_template``):
+
+- math: ``problem + "\\n\\n" + MATH_INSTRUCTION``. The instruction is DeepSeek-R1's usage recommendation for
+  maths ("Please reason step by step, and put your final answer within \\boxed{}.", the DeepSeek-R1 README,
+  which also covers the R1-Distill-Qwen models ProRL starts from). BroRL and ProRL state no evaluation
+  prompt, so using it here is **our choice**, as is the separator;
+- gpqa_diamond: the question, the four options as ``A) ...`` lines and the same instruction asking for the
+  letter in ``\\boxed{}`` (our choice; the extraction rule is
+  :func:`brorl.evaluation.lm_eval_tasks_paper.paper_utils.extract_choice_letter`);
+- ifeval: the IFEval prompt unchanged (the instructions are the task);
+- reasoning_gym: the question, then reasoning-gym's own ``SYSTEM_PROMPTS["default"]`` text asking for the
+  answer in ``<answer></answer>`` tags, put in the user turn (DeepSeek-R1's recommendation: no system prompt).
+  ProRL says only that answers go in ``<answer>`` tags; the wording is our choice.
+
+Reasoning Gym: 100 samples per task (ProRL's "100 held-out samples per task") for every reasoning-gym dataset
+whose module lies in one of the paper's 11 categories (algebra, algorithmic, arc, arithmetic, code,
+cognition, games, geometry, graphs, induction, logic: 104 tasks in reasoning-gym 0.1.25, every category
+present; the package's ``probability`` category and the ``composite`` wrapper are not among them). Default
+configs (the ones :func:`brorl.rewards.reasoning_gym_reward` scores with) and one fixed seed,
+:data:`RG_SEED`, far from the small seeds training generators use, which is what "held out" means here.
+Generation runs offline in a child process with ``PYTHONHASHSEED=0`` and the global ``random`` / numpy RNGs
+seeded per task: five tasks (isomorphic_strings, knight_swap, polynomial_multiplication, ransom_note,
+word_ladder) iterate over sets of strings, so their items change with the hash seed, and two (list_functions,
+codeio) draw from the global RNGs; without both measures a rerun does not reproduce the file.
+
+Caching: the JSONL is written atomically, with ``<dest>.meta.json`` next to it (what was asked, the commit or
+generator it came from, its sha256). A rerun with the same request only checks: the JSONL's sha256 against
+the meta file and, when the snapshot folder is there, the snapshot against its fetch manifest
+(:func:`brorl.fetch.verify`). A damaged file raises :class:`brorl.fetch.ChecksumError` naming it and is never
+repaired silently: delete it and rerun.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import datetime as _dt
+import decimal
+import fractions
+import hashlib
+import io
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from fnmatch import fnmatchcase
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from brorl import fetch
+from brorl.evaluation.lm_eval_tasks_paper import paper_utils
+from brorl.fetch import ChecksumError, FetchError, Problem
+
+log = logging.getLogger(__name__)
+
+FORMAT = "brorl.paper_benchmark/1"
+CONVERTER_VERSION = 1
+"""Bump when a converter's output changes: the cached JSONL files are then rebuilt (status ``replaced``)."""
+
+PROMPT_SEPARATOR = "\n\n"
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+"""DeepSeek-R1's recommended maths directive (DeepSeek-R1 README, usage recommendations) [our choice for
+BroRL, whose papers state no evaluation prompt]."""
+GPQA_INSTRUCTION = ("Please reason step by step, and put the letter of your final answer (A, B, C or D) "
+                    "within \\boxed{}.")
+"""[our choice] the maths directive, asking for the option letter."""
+RG_INSTRUCTION = (
+    "Given a problem, your task is to answer the question by thinking step-by-step in a clear and specific "
+    "manner.\nOnce you have thought about the reasoning process, provide the answer in the following format:\n"
+    "<answer>answer here</answer>\nDo not explain your reasoning inside the answer tags, provide only the final "
+    "answer. When an example is provided, you should strictly follow the format of the output/answer in that "
+    "example.")
+"""reasoning-gym 0.1.25's ``SYSTEM_PROMPTS["default"]`` (one trailing newline dropped), used as part of the user
+message [our choice of wording; ProRL: answers in <answer></answer> tags]."""
+
+RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
+                 "graphs", "induction", "logic")
+"""The 11 Reasoning Gym categories of BroRL Table 5 / ProRL v1."""
+RG_SAMPLES_PER_TASK = 100
+RG_SEED = 1_000_000_000
+"""Item i of every task is generated from seed ``RG_SEED + i`` (reasoning-gym's per-item seeding); training
+generators must stay clear of [RG_SEED, RG_SEED + samples_per_task)."""
+GPQA_SHUFFLE_SEED = 0
+"""The options of GPQA record ``r`` are shuffled with ``random.Random(f"brorl-gpqa:{seed}:{r.id}")``."""
+
+DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv")
+KINDS = ("math", "gpqa", "ifeval", "reasoning_gym")
+
+
+class BenchmarkDataError(FetchError):
+    """The snapshot does not hold what the table says (no matching file, a missing column, duplicate ids)."""
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Where one benchmark's problems come from.
+
+    ``fields`` maps a role to the candidate column names, first present wins: math ``problem`` / ``answer`` /
+    ``id``; gpqa ``problem`` / ``correct`` / ``incorrect_1..3`` / ``id`` / ``domain``; ifeval ``problem`` /
+    ``key`` / ``instruction_id_list`` / ``kwargs``. An empty ``id`` tuple means "no id column": the id is
+    ``<file stem>-<row>``. ``files`` are globs over the snapshot's paths (``*`` crosses ``/``); they are also
+    the fetch's ``allow_patterns``, so nothing else is downloaded.
+    """
+
+    name: str
+    kind: str
+    repo_id: str | None
+    revision: str | None = "main"
+    revision_pinned: bool = False
+    files: tuple[str, ...] = ()
+    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    expected_size: int | None = None
+    paper: str = ""
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["files"] = list(self.files)
+        d["fields"] = {k: list(v) for k, v in self.fields.items()}
+        return d
+
+    @property
+    def generated(self) -> bool:
+        return self.repo_id is None
+
+
+_MATH = {"problem": ("problem", "question"), "answer": ("answer", "final_answer")}
+
+PAPER_BENCHMARKS: dict[str, BenchmarkSpec] = {
+    "aime24": BenchmarkSpec(
+        "aime24", "math", "HuggingFaceH4/aime_2024", files=("data/*.parquet",),
+        fields={**_MATH, "id": ("id",)}, expected_size=30,
+        paper="BroRL Table 3 AIME24 (ProRL v1: math follows DeepScaleR / SimpleRL)",
+        note="Same repository as brorl/paper_data_blend.yaml. Which copy the authors used is not stated "
+             "(DeepScaleR ships its own JSON in its code repository)."),
+    "aime25": BenchmarkSpec(
+        "aime25", "math", "opencompass/AIME2025", files=("aime2025-I.jsonl", "aime2025-II.jsonl"),
+        fields={**_MATH, "id": ()}, expected_size=30,
+        paper="BroRL Table 3 AIME25",
+        note="Parts I and II (15 + 15); no id column, ids are '<file stem>-<row>'. Copy not stated by the papers."),
+    "amc": BenchmarkSpec(
+        "amc", "math", "AI-MO/aimo-validation-amc", files=("data/*.parquet",),
+        fields={**_MATH, "id": ("id",)}, expected_size=83,
+        paper="BroRL Table 3 AMC (ProRL v1: AMC2022 + AMC2023)",
+        note="83 AMC 12 2022/2023 problems; answers are stored as floats (142.0), written as integers."),
+    "math500": BenchmarkSpec(
+        "math500", "math", "HuggingFaceH4/MATH-500", files=("test.jsonl",),
+        fields={**_MATH, "id": ("unique_id", "id")}, expected_size=500,
+        paper="BroRL Table 3 MATH",
+        note="'MATH' taken to be MATH-500 (the DeepScaleR convention ProRL follows) [inferred]."),
+    "minerva": BenchmarkSpec(
+        "minerva", "math", "math-ai/minervamath", files=("test.jsonl",),
+        fields={**_MATH, "id": ("id", "idx")}, expected_size=272,
+        paper="BroRL Table 3 Minerva",
+        note="A public copy of the 272-problem Minerva Math set; the authors' copy is not stated."),
+    "olympiadbench": BenchmarkSpec(
+        "olympiadbench", "math", "Hothan/OlympiadBench", files=("OlympiadBench/OE_TO_maths_en_COMP/*",),
+        fields={"problem": ("question", "problem"), "answer": ("final_answer", "answer"), "id": ("id",)},
+        expected_size=675,
+        paper="BroRL Table 3 OlympiadBench",
+        note="The open-ended, text-only, English maths competition subset (675, DeepScaleR's choice) "
+             "[inferred]; final_answer is a list (joined with ', '). The folder layout inside the snapshot "
+             "is inferred from the dataset's config names and checked on the first fetch."),
+    "gpqa_diamond": BenchmarkSpec(
+        "gpqa_diamond", "gpqa", "Idavidrein/gpqa", files=("gpqa_diamond.csv",),
+        fields={"problem": ("Question",), "correct": ("Correct Answer",),
+                "incorrect_1": ("Incorrect Answer 1",), "incorrect_2": ("Incorrect Answer 2",),
+                "incorrect_3": ("Incorrect Answer 3",), "id": ("Record ID",), "domain": ("High-level domain",)},
+        expected_size=198,
+        paper="ProRL v1 GPQA (BroRL reports none); ProRL names spawn99/GPQA-diamond-ClaudeR1",
+        note="ProRL's copy, spawn99/GPQA-diamond-ClaudeR1 (also in brorl/paper_data_blend.yaml), keeps the "
+             "question and the correct answer's text but, going by its uploader's script, not the three "
+             "distractors, so it cannot be asked as multiple choice. The canonical (gated: accept the terms "
+             "and use a token) GPQA repository holds the same 198 diamond questions with all four options."),
+    "ifeval": BenchmarkSpec(
+        "ifeval", "ifeval", "google/IFEval", files=("ifeval_input_data.jsonl",),
+        fields={"problem": ("prompt",), "key": ("key",), "instruction_id_list": ("instruction_id_list",),
+                "kwargs": ("kwargs",)},
+        expected_size=541,
+        paper="ProRL v1 IFEval (BroRL reports none)",
+        note="The canonical 541 prompts (lm-eval's ifeval task reads the same repository)."),
+    "reasoning_gym": BenchmarkSpec(
+        "reasoning_gym", "reasoning_gym", None, revision=None, revision_pinned=True,
+        paper="BroRL Table 5 (11 category averages); ProRL v1: 100 held-out samples per task",
+        note="Generated locally by the reasoning-gym package (pinned in requirements.txt), no download."),
+}
+
+
+def benchmark_spec(name: str) -> BenchmarkSpec:
+    try:
+        return PAPER_BENCHMARKS[name]
+    except KeyError:
+        raise ValueError(f"unknown paper benchmark {name!r}; known: {sorted(PAPER_BENCHMARKS)}") from None
+
+
+def instruction_of(kind: str) -> str:
+    return {"math": MATH_INSTRUCTION, "gpqa": GPQA_INSTRUCTION, "ifeval": "", "reasoning_gym": RG_INSTRUCTION}[kind]
+
+
+def default_meta_path(dest: str | os.PathLike[str]) -> Path:
+    dest = Path(dest)
+    return dest.with_name(dest.name + ".meta.json")
+
+
+def default_snapshot_dir(dest: str | os.PathLike[str]) -> Path:
+    """``<data_dir>/<name>/test.jsonl`` -> ``<data_dir>/<name>/snapshot`` (its manifest beside it)."""
+    return Path(dest).parent / "snapshot"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib_metadata.version(dist)
+    except importlib_metadata.PackageNotFoundError:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------- snapshot data
+
+def read_table(path: str | os.PathLike[str]) -> list[dict]:
+    """Rows of one data file: parquet, JSON lines, JSON (a list, or ``{"data": [...]}``) or CSV."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if suffix == ".jsonl":
+        return paper_utils.read_records(path)
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            for key in ("data", "rows", "test", "train"):
+                if isinstance(data.get(key), list):
+                    return data[key]
+            raise BenchmarkDataError(f"{path}: a JSON object without a list of rows")
+        return list(data)
+    if suffix == ".csv":
+        with open(path, encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f))
+    raise BenchmarkDataError(f"{path}: unsupported data file type {suffix!r} (want one of {DATA_EXTENSIONS})")
+
+
+def data_files_in(snapshot_dir: Path, patterns: Sequence[str], files: Iterable[str]) -> list[str]:
+    """The snapshot's data files (relative paths, sorted) that match the spec's globs."""
+    out = sorted(rel for rel in files if Path(rel).suffix.lower() in DATA_EXTENSIONS
+                 and any(fnmatchcase(rel, p) for p in patterns))
+    if not out:
+        raise BenchmarkDataError(
+            f"no data file in {snapshot_dir} matches {list(patterns)} (data files are {DATA_EXTENSIONS}); the "
+            f"snapshot holds {sorted(files)[:20]}. Fix the benchmark's 'files' in brorl.evaluation.paper_data.")
+    return out
+
+
+def _pick(row: Mapping, candidates: Sequence[str], what: str, where: str, required: bool = True):
+    for c in candidates:
+        if c in row:
+            return row[c]
+    if required:
+        raise BenchmarkDataError(f"{where}: no column for {what} among {list(candidates)}; the row has "
+                                 f"{sorted(row)}")
+    return None
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    return str(value).strip()
+
+
+def gold_text(value) -> str:
+    """A gold answer as text: a one-element list is its element, a longer list is joined with ", ", an
+    integral float is written as an integer (AMC stores 142.0), anything else is ``str`` stripped."""
+    if isinstance(value, (list, tuple)):
+        parts = [gold_text(v) for v in value if v is not None]
+        return ", ".join(p for p in parts if p)
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return _text(value)
+
+
+def _source(repo_id: str, commit: str, rel: str, row: int) -> str:
+    return f"{repo_id}@{commit}:{rel}#{row}"
+
+
+def convert_rows(spec: BenchmarkSpec, rows: Sequence[tuple[str, int, Mapping]], commit: str) -> list[dict]:
+    """Records of a hub-backed benchmark from ``(file, row index, row)`` triples."""
+    convert = {"math": _math_record, "gpqa": _gpqa_record, "ifeval": _ifeval_record}[spec.kind]
+    records = [convert(spec, rel, i, row, _source(spec.repo_id, commit, rel, i)) for rel, i, row in rows]
+    seen: dict[str, str] = {}
+    for r in records:
+        if r["id"] in seen:
+            raise BenchmarkDataError(f"{spec.name}: duplicate id {r['id']!r} ({seen[r['id']]} and {r['source']}); "
+                                     "fix the id column in the table")
+        seen[r["id"]] = r["source"]
+    return records
+
+
+def _record_id(spec: BenchmarkSpec, rel: str, i: int, row: Mapping) -> str:
+    value = _pick(row, spec.fields.get("id", ()), "id", f"{spec.name} {rel}#{i}", required=False)
+    if value is None or _text(value) == "":
+        return f"{Path(rel).name.split('.')[0]}-{i}"
+    return _text(value)
+
+
+def _math_record(spec, rel, i, row, source) -> dict:
+    where = f"{spec.name} {rel}#{i}"
+    problem = _text(_pick(row, spec.fields["problem"], "problem", where))
+    answer = gold_text(_pick(row, spec.fields["answer"], "answer", where))
+    if not problem or not answer:
+        raise BenchmarkDataError(f"{where}: empty {'problem' if not problem else 'answer'}")
+    return {"id": _record_id(spec, rel, i, row), "benchmark": spec.name,
+            "prompt": problem + PROMPT_SEPARATOR + MATH_INSTRUCTION, "problem": problem, "answer": answer,
+            "source": source}
+
+
+def gpqa_prompt(question: str, choices: Sequence[str]) -> str:
+    options = "\n".join(f"{letter}) {text}" for letter, text in zip(paper_utils.CHOICE_LETTERS, choices))
+    return f"{question}{PROMPT_SEPARATOR}{options}{PROMPT_SEPARATOR}{GPQA_INSTRUCTION}"
+
+
+def shuffle_choices(record_id: str, correct: str, incorrect: Sequence[str],
+                    seed: int = GPQA_SHUFFLE_SEED) -> tuple[list[str], str]:
+    """The four options in a fixed per-record order and the gold letter."""
+    options = [correct, *incorrect]
+    order = list(range(len(options)))
+    random.Random(f"brorl-gpqa:{seed}:{record_id}").shuffle(order)
+    return [options[j] for j in order], paper_utils.CHOICE_LETTERS[order.index(0)]
+
+
+def _gpqa_record(spec, rel, i, row, source) -> dict:
+    where = f"{spec.name} {rel}#{i}"
+    question = _text(_pick(row, spec.fields["problem"], "problem", where))
+    correct = _text(_pick(row, spec.fields["correct"], "correct answer", where))
+    incorrect = [_text(_pick(row, spec.fields[f"incorrect_{j}"], f"incorrect answer {j}", where)) for j in (1, 2, 3)]
+    if not question or not correct or not all(incorrect):
+        raise BenchmarkDataError(f"{where}: empty question or option")
+    rid = _record_id(spec, rel, i, row)
+    choices, letter = shuffle_choices(rid, correct, incorrect)
+    domain = _text(_pick(row, spec.fields.get("domain", ()), "domain", where, required=False))
+    return {"id": rid, "benchmark": spec.name, "prompt": gpqa_prompt(question, choices), "problem": question,
+            "answer": letter, "answer_text": correct, "choices": choices, "domain": domain, "source": source}
+
+
+def _ifeval_record(spec, rel, i, row, source) -> dict:
+    where = f"{spec.name} {rel}#{i}"
+    prompt = _pick(row, spec.fields["problem"], "prompt", where)
+    key = _pick(row, spec.fields["key"], "key", where)
+    ids = _pick(row, spec.fields["instruction_id_list"], "instruction_id_list", where)
+    kwargs = _pick(row, spec.fields["kwargs"], "kwargs", where)
+    if isinstance(kwargs, str):
+        kwargs = json.loads(kwargs)
+    if not isinstance(prompt, str) or not prompt or not isinstance(ids, (list, tuple)) or len(kwargs) != len(ids):
+        raise BenchmarkDataError(f"{where}: malformed IFEval row")
+    kwargs = [{k: v for k, v in (kw or {}).items() if v is not None} for kw in kwargs]  # Arrow-unified nulls
+    return {"id": str(key), "benchmark": spec.name, "prompt": prompt, "problem": prompt, "answer": "",
+            "key": int(key), "instruction_id_list": [str(x) for x in ids], "kwargs": json.dumps(kwargs),
+            "source": source}
+
+
+# ----------------------------------------------------------------------------------------------- Reasoning Gym
+
+def reasoning_gym_tasks(categories: Sequence[str] = RG_CATEGORIES) -> dict[str, str]:
+    """``{task: category}`` for every registered reasoning-gym dataset whose module lies in ``categories``
+    (the category is the subpackage: ``reasoning_gym.<category>.<module>``)."""
+    import reasoning_gym  # noqa: F401 -- registers the datasets
+    from reasoning_gym.factory import DATASETS
+
+    out = {}
+    for name, (cls, _config) in sorted(DATASETS.items()):
+        parts = cls.__module__.split(".")
+        if len(parts) > 1 and parts[0] == "reasoning_gym" and parts[1] in categories:
+            out[name] = parts[1]
+    return out
+
+
+def missing_rg_categories(categories: Sequence[str] = RG_CATEGORIES) -> list[str]:
+    """Categories with no reasoning-gym dataset in the installed version (none in 0.1.25)."""
+    present = set(reasoning_gym_tasks(categories).values())
+    return [c for c in categories if c not in present]
+
+
+def _json_default(o):
+    if isinstance(o, (set, frozenset)):
+        return sorted(o, key=repr)
+    if isinstance(o, (fractions.Fraction, decimal.Decimal)):
+        return str(o)
+    if hasattr(o, "tolist"):  # numpy arrays and scalars
+        return o.tolist()
+    return str(o)
+
+
+def _seed_numpy(seed: int, task: str) -> None:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return
+    np.random.seed(int.from_bytes(hashlib.sha256(f"brorl-rg:{seed}:{task}".encode()).digest()[:4], "little"))
+
+
+def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
+    """Generate the records (run in the child process, see :func:`generate_reasoning_gym`)."""
+    import reasoning_gym
+
+    version = _version("reasoning-gym")
+    seed, n = int(params["seed"]), int(params["samples_per_task"])
+    task_cats = reasoning_gym_tasks(params["categories"])
+    tasks = params.get("tasks") or sorted(task_cats)
+    unknown = [t for t in tasks if t not in task_cats]
+    if unknown:
+        raise ValueError(f"not reasoning-gym tasks of the categories {list(params['categories'])}: {unknown}")
+    records, no_gold, mismatch, below_one = [], [], [], []
+    for task in tasks:
+        # Some generators draw from the global RNGs (list_functions calls random.randint; codeio runs code
+        # snippets that may): seed them per task, so a task's items do not depend on what ran before.
+        random.seed(f"brorl-rg:{seed}:{task}")
+        _seed_numpy(seed, task)
+        with contextlib.redirect_stdout(io.StringIO()):  # a few generators print
+            ds = reasoning_gym.create_dataset(task, seed=seed, size=n)
+            items = [ds[i] for i in range(n)]
+        score = reasoning_gym.get_score_answer_fn(task)  # what brorl.rewards scores with
+        for i, item in enumerate(items):
+            entry = json.dumps(item, default=_json_default, ensure_ascii=True)
+            answer = item.get("answer")
+            if answer is None:
+                no_gold.append(task)
+            else:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    try:
+                        s_orig = float(score(answer, item))
+                        s_json = float(score(answer, paper_utils.rehydrate_rg_entry(entry)))
+                    except Exception as e:  # noqa: BLE001
+                        s_orig, s_json = float("nan"), repr(e)
+                if s_json != s_orig:
+                    mismatch.append(task)
+                if not s_orig >= 1.0:
+                    below_one.append(task)
+            question = str(item["question"])
+            records.append({
+                "id": f"{task}-{i:03d}", "benchmark": "reasoning_gym", "category": task_cats[task], "task": task,
+                "prompt": question + PROMPT_SEPARATOR + RG_INSTRUCTION, "problem": question,
+                "answer": "" if answer is None else str(answer), "entry": entry,
+                "source": f"reasoning-gym=={version} {task} seed={seed} index={i}"})
+    report = {"reasoning_gym": version, "n_tasks": len(tasks),
+              "categories": {c: sum(1 for t in tasks if task_cats[t] == c) for c in params["categories"]},
+              "tasks_without_gold": sorted(set(no_gold)), "gold_changes_through_json": sorted(set(mismatch)),
+              "gold_below_one": sorted(set(below_one))}
+    return records, report
+
+
+def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SAMPLES_PER_TASK,
+                           tasks: Sequence[str] | None = None, categories: Sequence[str] = RG_CATEGORIES,
+                           timeout: float | None = 3600) -> tuple[list[dict], dict]:
+    """The Reasoning Gym records and a generation report, made in a child process with ``PYTHONHASHSEED=0``
+    (offline: reasoning-gym ships its data). ``tasks`` None: every task of ``categories``."""
+    if int(samples_per_task) < 1:
+        raise ValueError(f"samples_per_task must be >= 1, got {samples_per_task}")
+    params = {"seed": int(seed), "samples_per_task": int(samples_per_task),
+              "tasks": None if tasks is None else list(tasks), "categories": list(categories)}
+    src_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONHASHSEED": "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH")) if p)}
+    with tempfile.TemporaryDirectory(prefix="brorl-rg-") as tmp:
+        params_path, out_path = Path(tmp) / "params.json", Path(tmp) / "out.json"
+        params_path.write_text(json.dumps(params))
+        proc = subprocess.run([sys.executable, "-m", "brorl.evaluation.paper_data", "--generate-reasoning-gym",
+                               str(params_path), str(out_path)], env=env, capture_output=True, text=True,
+                              timeout=timeout, cwd=tmp)  # some generators write files (planet.com) into the cwd
+        if proc.returncode != 0 or not out_path.is_file():
+            raise RuntimeError(f"reasoning-gym generation failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        out = json.loads(out_path.read_text())
+    return out["records"], out["report"]
+
+
+# --------------------------------------------------------------------------------------------------- prepare
+
+def _jsonl_bytes(records: Iterable[dict]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("utf-8")
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _request(spec: BenchmarkSpec, revision: str | None, rg: Mapping | None) -> dict:
+    req = {"format": FORMAT, "converter_version": CONVERTER_VERSION, "benchmark": spec.name,
+           "spec": spec.to_dict(), "revision": revision,
+           "prompt": {"separator": PROMPT_SEPARATOR, "instruction": instruction_of(spec.kind)}}
+    if spec.kind == "gpqa":
+        req["gpqa_shuffle_seed"] = GPQA_SHUFFLE_SEED
+    if rg is not None:
+        req["reasoning_gym"] = dict(rg)
+    return req
+
+
+def _damaged(dest: Path, actual: str, expected: str, meta_path: Path) -> ChecksumError:
+    return ChecksumError([Problem(path=str(dest), kind="sha256", actual=actual, expected=expected,
+                                  against=f"meta {meta_path}")],
+                         hint=f"{dest} no longer matches {meta_path}. It is left as it is; delete it and re-run "
+                              "prepare_benchmark to rebuild it.")
+
+
+def verify_benchmark(dest_jsonl: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None,
+                     snapshot_dir: str | os.PathLike[str] | None = None) -> dict:
+    """Check a prepared benchmark without any client: the JSONL's sha256 against its meta file and, when
+    the snapshot folder exists, the snapshot against its fetch manifest. Raises on any difference."""
+    dest = Path(dest_jsonl)
+    meta_path = Path(meta) if meta is not None else default_meta_path(dest)
+    if not meta_path.is_file():
+        raise FetchError(f"no meta file {meta_path}: {dest} was not made by prepare_benchmark")
+    m = json.loads(meta_path.read_text())
+    if not dest.is_file():
+        raise FetchError(f"{dest} does not exist (meta {meta_path} records sha256 {m['sha256']})")
+    actual = _sha256_file(dest)
+    if actual != m["sha256"]:
+        raise _damaged(dest, actual, m["sha256"], meta_path)
+    snapshot_checked = False
+    if m.get("snapshot"):
+        snap = Path(snapshot_dir) if snapshot_dir is not None else Path(m["snapshot"]["dest"])
+        if fetch.default_manifest_path(snap).is_file() and snap.is_dir():
+            got = fetch.verify(snap)
+            if got["commit"] != m["snapshot"]["commit"]:
+                raise FetchError(f"{snap} holds commit {got['commit']} but {dest} was made from "
+                                 f"{m['snapshot']['commit']}; delete both and re-run prepare_benchmark")
+            snapshot_checked = True
+    return {"status": "verified", "benchmark": m["benchmark"], "dest": str(dest), "meta": str(meta_path),
+            "n_records": m["n_records"], "sha256": m["sha256"], "commit": (m.get("snapshot") or {}).get("commit"),
+            "snapshot_checked": snapshot_checked, "report": m.get("report")}
+
+
+def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClient | None,
+                      dest_jsonl: str | os.PathLike[str], *, revision: str | None = None,
+                      snapshot_dir: str | os.PathLike[str] | None = None, spec: BenchmarkSpec | None = None,
+                      refresh: bool = False, samples_per_task: int = RG_SAMPLES_PER_TASK, seed: int = RG_SEED,
+                      tasks: Sequence[str] | None = None,
+                      log_fn: Callable[[str], None] | None = None) -> dict:
+    """Fetch (or generate) benchmark ``name`` and cache it as JSONL at ``dest_jsonl``; idempotent.
+
+    ``source``: where the hub snapshot comes from, as for :func:`brorl.fetch.fetch_dataset` (``None`` = the
+    real Hugging Face Hub, refused offline; a folder = a local stand-in; ignored for ``reasoning_gym``).
+    ``revision`` overrides the table's (placeholder) revision; ``snapshot_dir`` defaults to
+    ``<dest folder>/snapshot`` (fetch manifest beside it); ``spec`` replaces the table entry (other copies or
+    column names). Reasoning Gym only: ``samples_per_task`` (100), ``seed`` and ``tasks`` (a subset of task
+    names; default all tasks of the 11 categories).
+
+    Returns ``{"status": "prepared" | "verified" | "replaced" | "restored", "benchmark", "dest", "meta",
+    "n_records", "sha256", "commit", "snapshot_checked", "report", "fetch"}``. ``verified``: the cached file
+    (and snapshot) matched and nothing was fetched or written; ``restored``: the JSONL was missing and was
+    rebuilt with the recorded content; ``replaced``: the request changed (revision, table entry, converter,
+    generation settings) or ``refresh=True``.
+    """
+    say = log_fn or log.info
+    spec = spec or benchmark_spec(name)
+    if spec.name != name:
+        spec = replace(spec, name=name)
+    if spec.kind not in KINDS:
+        raise ValueError(f"{name}: unknown kind {spec.kind!r}; known: {KINDS}")
+    dest = Path(dest_jsonl)
+    meta_path = default_meta_path(dest)
+    rg = None
+    if spec.generated:
+        if spec.kind != "reasoning_gym":
+            raise ValueError(f"{name}: only reasoning_gym is generated; give a repo_id")
+        rg = {"seed": int(seed), "samples_per_task": int(samples_per_task),
+              "tasks": None if tasks is None else sorted(tasks), "categories": list(RG_CATEGORIES),
+              "reasoning_gym": _version("reasoning-gym")}
+        revision = None
+    else:
+        revision = revision or spec.revision or "main"
+    request = _request(spec, revision, rg)
+    snap = Path(snapshot_dir) if snapshot_dir is not None else default_snapshot_dir(dest)
+
+    old = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+    same = old is not None and old.get("request") == request
+    if dest.exists() and old is None:
+        raise FetchError(f"{dest} exists but has no meta file {meta_path}; it was not made by prepare_benchmark. "
+                         f"Move it away and re-run.")
+    if dest.exists() and same and not refresh:
+        out = verify_benchmark(dest, meta=meta_path, snapshot_dir=None if spec.generated else snap)
+        say(f"{name}: verified {dest} ({out['n_records']} records, sha256 {out['sha256'][:12]})")
+        return {**out, "fetch": None}
+
+    fetched = None
+    if spec.generated:
+        records, report = generate_reasoning_gym(seed=seed, samples_per_task=samples_per_task, tasks=tasks)
+        missing = [c for c, n in report["categories"].items() if n == 0]
+        if tasks is None and missing:
+            report["missing_categories"] = missing
+        if report["gold_changes_through_json"]:
+            log.warning("%s: the gold answer of %s scores differently after a JSON round trip", name,
+                        report["gold_changes_through_json"])
+        snapshot_meta = None
+    else:
+        lock = same and not refresh  # a missing JSONL is rebuilt from the recorded commit
+        # The fetch manifest pins the commit it resolved: a verified or restored snapshot never re-resolves.
+        fetched = fetch.fetch_dataset(spec.repo_id, revision, snap, source=source,
+                                      allow_patterns=list(spec.files), refresh=refresh)
+        if lock and fetched["commit"] != old["snapshot"]["commit"]:
+            raise FetchError(f"{name}: {snap} holds commit {fetched['commit']}, the JSONL was made from "
+                             f"{old['snapshot']['commit']}")
+        manifest = json.loads(Path(fetched["manifest"]).read_text())
+        rels = data_files_in(snap, spec.files, [e["path"] for e in manifest["files"]])
+        rows = [(rel, i, row) for rel in rels for i, row in enumerate(read_table(snap / rel))]
+        records = convert_rows(spec, rows, fetched["commit"])
+        report = {"files": rels, "n_rows": len(rows)}
+        if spec.expected_size is not None and len(records) != spec.expected_size:
+            report["size_differs"] = f"{len(records)} problems, the public set has {spec.expected_size}"
+            log.warning("%s: %s", name, report["size_differs"])
+        snapshot_meta = {"repo_id": spec.repo_id, "revision": revision, "commit": fetched["commit"],
+                         "dest": str(snap), "manifest": fetched["manifest"], "source": fetched["source"]}
+    if not records:
+        raise BenchmarkDataError(f"{name}: no records")
+    data = _jsonl_bytes(records)
+    sha = hashlib.sha256(data).hexdigest()
+    if same and not refresh:
+        if sha != old["sha256"]:
+            raise ChecksumError(
+                [Problem(path=str(dest), kind="sha256", actual=sha, expected=old["sha256"],
+                         against=f"meta {meta_path}")],
+                hint=f"Rebuilding the missing {dest} gave other content than {meta_path} records (the snapshot or "
+                     "the generator no longer reproduces it); nothing was written. Delete the meta file to accept "
+                     "the new content.")
+        status = "restored"
+    else:
+        status = "replaced" if (dest.exists() or old is not None) else "prepared"
+    meta = {"format": FORMAT, "benchmark": name, "request": request, "n_records": len(records), "sha256": sha,
+            "snapshot": snapshot_meta, "report": report,
+            "prepared_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()}
+    _write_atomic(dest, data)
+    if status != "restored":  # a restore reproduces what the meta file records: it stays as it is
+        _write_atomic(meta_path, (json.dumps(meta, indent=1) + "\n").encode())
+    say(f"{name}: {status} {dest} ({len(records)} records, sha256 {sha[:12]})")
+    return {"status": status, "benchmark": name, "dest": str(dest), "meta": str(meta_path),
+            "n_records": len(records), "sha256": sha, "commit": (snapshot_meta or {}).get("commit"),
+            "snapshot_checked": snapshot_meta is not None, "report": report, "fetch": fetched}
+
+
+def _main(argv: Sequence[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--generate-reasoning-gym":
+        params = json.loads(Path(argv[1]).read_text())
+        records, report = _generate_rg(params)
+        Path(argv[2]).write_text(json.dumps({"records": records, "report": report}))
+        return 0
+    print("usage: python -m brorl.evaluation.paper_data --generate-reasoning-gym PARAMS.json OUT.json",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
+
+
+__all__ = [
+    "PAPER_BENCHMARKS", "BenchmarkSpec", "BenchmarkDataError", "benchmark_spec", "prepare_benchmark",
+    "verify_benchmark", "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "read_table",
+    "gold_text", "shuffle_choices", "gpqa_prompt", "MATH_INSTRUCTION", "GPQA_INSTRUCTION", "RG_INSTRUCTION",
+    "RG_CATEGORIES", "RG_SAMPLES_PER_TASK", "RG_SEED", "default_meta_path", "default_snapshot_dir",
+]
