@@ -330,7 +330,7 @@ def test_sigkilled_training_job_resumes_on_the_same_snakemake_command(project):
     assert len(reference) >= 4
     for path in (results, work / "resources/checkpoints/n4/seed0", work / "resources/work/n4/seed0"):
         subprocess.run(["rm", "-rf", str(path)], check=True)
-    cmd = ["snakemake", "--cores", "1", "--configfile", CI_CONFIG, "resources/checkpoints/n4/seed0"]
+    cmd = ["snakemake", "resources/checkpoints/n4/seed0", "--cores", "1", "--configfile", CI_CONFIG]
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
     env.pop("MLFLOW_TRACKING_URI", None)
     snake = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

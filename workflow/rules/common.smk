@@ -17,3 +17,12 @@ def as_json(section):
 
 onstart:
     shell("brorl init-tracking --tracking {TRACKING:q}")
+
+
+def eval_data(wildcards):
+    """The evaluate rule's data: a paper benchmark's JSONL, or the tiny tasks (BENCH_FILES: evaluation.smk)."""
+    return [BENCH_FILES[wildcards.benchmark]] if wildcards.benchmark in BENCH_FILES else TASK_FILES
+
+
+def eval_data_dir(wildcards):
+    return "results/data/benchmarks" if wildcards.benchmark in BENCH_FILES else "results/data"

@@ -21,13 +21,6 @@ BENCH_FILES = {b: f"results/data/benchmarks/{b}/test.jsonl" for b in PAPER_BENCH
 DATA_OUTPUTS += list(BENCH_FILES.values())
 
 
-def eval_data(wildcards):
-    return [BENCH_FILES[wildcards.benchmark]] if wildcards.benchmark in BENCH_FILES else TASK_FILES
-
-
-def eval_data_dir(wildcards):
-    return "results/data/benchmarks" if wildcards.benchmark in BENCH_FILES else "results/data"
-
 
 if PAPER_BENCH:
 
