@@ -27,7 +27,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RULE_RUNS = ("theory_simulation", "theory_figure3", "theory_extended_sweep", "fetch_checkpoint",
              "paper_data_blend", "tiny_tasks", "sft", "difficulty", "prorl_stage", "train_arm", "train_summary",
              "evaluate", *(f"paper_{name}" for name in ("table1", "table2", "table3", "table4", "table5", "ttest",
-                                                        "figure1", "figure4", "passk")))
+                                                        "figure1", "figure3", "figure4", "passk")))
 # sft + prorl; arms n4, n16, schedule x 1 seed; (prorl + 3 arms) x (tiny_add, tiny_multiple)
 RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3, "evaluate": 8}
 GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
@@ -300,7 +300,7 @@ def test_evaluation_and_paper_tables_trace_to_their_runs(project):
         md = (work / f"results/tables/{name}.md").read_text()
         assert "| paper |" in md and "ours (ci)" in md, name
     assert "not in the ci profile" in (work / "results/tables/table5.md").read_text()
-    for name in ("figure1", "figure4", "passk"):
+    for name in ("figure1", "figure3", "figure4", "passk"):
         assert (work / f"results/figures/{name}.png").stat().st_size > 10_000
     sh(["snakemake", "--report", "report-tables.html", "--configfile", CI_CONFIG], work)
     assert "Paper tables" in (work / "report-tables.html").read_text(errors="replace")

@@ -331,6 +331,24 @@ def cmd_prepare_benchmark(args) -> int:
     return 0
 
 
+def _copy_theory_figure(args, tracking: dict) -> dict:
+    """BroRL Figure 3 is made by the theory rules; file it with the tables, citing the run that drew it."""
+    import shutil
+
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking["uri"])
+    exp = client.get_experiment_by_name(tracking["experiment"])
+    runs = [] if exp is None else client.search_runs(
+        [exp.experiment_id], filter_string=f"tags.rule = 'theory_figure3' and tags.profile = '{args.profile}' and "
+        "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"], max_results=1)
+    if not runs:
+        raise SystemExit("figure3: no FINISHED theory_figure3 run in the MLflow store")
+    Path(args.png).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.source, args.png)
+    return {"run_ids": [runs[0].info.run_id], "gaps": [], "metrics": {}}
+
+
 def cmd_paper_table(args) -> int:
     """One paper table or figure rebuilt from the MLflow runs, the paper's values beside ours."""
     import mlflow
@@ -342,7 +360,9 @@ def cmd_paper_table(args) -> int:
     tracking = _tracking(json.loads(args.tracking))
     common = dict(tracking_uri=tracking["uri"], experiment=tracking["experiment"], profile=args.profile, plan=cfg)
     with _run(args):
-        if args.name in FIGURES:
+        if args.name == "figure3":  # the theory stage's figure, filed with the paper's tables
+            out = _copy_theory_figure(args, tracking)
+        elif args.name in FIGURES:
             out = build_figure(args.name, out_png=args.png, out_csv=args.csv, **common)
         else:
             out = build_table(args.name, out_csv=args.csv, out_md=args.md, out_cells=args.cells, **common)
@@ -503,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--md", default=None)
     p.add_argument("--cells", default=None, help="per-cell CSV: value, spread, gap reason, MLflow run ids")
     p.add_argument("--png", default=None)
+    p.add_argument("--source", default=None, help="figure3: the theory stage's figure to file with the tables")
     p.set_defaults(func=cmd_paper_table)
 
     p = sub.add_parser("init-tracking", help="create the MLflow store and experiment")

@@ -19,7 +19,7 @@ TABLE_INPUTS = EVAL_OUTPUTS + ([f"{folder}/summary.json" for folder in ARM_RESUL
 TABLE_PLAN = as_json({key: config.get(key) for key in ("profile", "rl", "evaluation", "checkpoints")})
 TABLE_OUTPUTS = (
     [f"results/tables/{name}.{ext}" for name in PAPER_TABLES for ext in ("csv", "md")]
-    + [f"results/figures/{name}.png" for name in PAPER_FIGURES]
+    + [f"results/figures/{name}.png" for name in [*PAPER_FIGURES, "figure3"]]
     if TABLES_ON else []
 )
 
@@ -77,3 +77,22 @@ if TABLES_ON:
             shell:
                 "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
                 " --tracking {params.tracking:q} --name {params.name} --png {output.png} --csv {output.csv} 2>&1 | tee {log}"
+
+    rule paper_figure3:
+        input:
+            "results/theory/figure3.png",
+        output:
+            report("results/figures/figure3.png", category="Paper tables", caption="../report/paper_figure3.rst"),
+        params:
+            rule_name="paper_figure3",
+            cfg=TABLE_PLAN,
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/tables/figure3.log",
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            " --tracking {params.tracking:q} --name figure3 --source {input} --png {output} 2>&1 | tee {log}"
