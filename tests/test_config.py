@@ -138,3 +138,21 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
     assert all(counts[f"paper_{name}"] == 1 for name in ("table1", "table3", "table5", "ttest", "figure1"))
     assert "results/eval/brorl-released/reasoning_gym.json" in proc.stdout
     assert '"backend": "vllm"' in proc.stdout
+
+
+@pytest.mark.parametrize("profile", ["profiles/slurm", "profiles/local-gpu"])
+def test_cluster_profiles_plan_the_paper_dag_with_resources_from_the_profile(profile, tmp_path):
+    """The paper DAG under the SLURM and local-GPU profiles: per-rule resources come from the profile (a GPU
+    for every evaluate job), not from the rules."""
+    proc = subprocess.run(
+        ["snakemake", "-n", "--configfile", str(PROJECT_ROOT / "config/paper.yaml"), "--profile",
+         str(PROJECT_ROOT / profile), "--directory", str(tmp_path), "--snakefile", str(PROJECT_ROOT / "Snakefile")],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    blocks = proc.stdout.split("\nrule ")
+    evaluate = [b for b in blocks if b.startswith("evaluate:")]
+    assert len(evaluate) == 18 and all("gpu=1" in b for b in evaluate)
+    if profile.endswith("slurm"):
+        assert all("slurm_partition=gpu" in b for b in evaluate)
+        assert "slurm_partition=cpu" in next(b for b in blocks if b.startswith("benchmark_data:"))
+    assert "gpu: 1" not in (PROJECT_ROOT / "workflow/rules/evaluation.smk").read_text()
