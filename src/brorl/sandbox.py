@@ -1,0 +1,1584 @@
+"""Sandboxed code rewards for BroRL's code tasks (APPS, CodeContests, Codeforces, TACO).
+
+What
+----
+* :func:`code_reward` -- the paper's code reward (section 3, "Training data"): the **fraction of test cases
+  passed**, and **0.0 on a compile (syntax) error or when the program exceeds the time limit** (5 s, for
+  all test cases together, as in ProRL's grader: "executes every test case, 5 s total timeout").
+* :func:`code_rewards` -- the same for a batch, run in parallel (one sandbox per distinct program).
+* :func:`trl_code_reward` / :func:`make_trl_code_reward` -- TRL ``GRPOTrainer`` reward functions.
+* :func:`run_program` -- the lower level: runs extracted code, returns a :class:`SandboxResult` with
+  per-case statuses, timings and which isolation mechanisms were in force.
+* :func:`extract_code` -- the program extraction rule (below); :func:`parse_tests` -- the test format.
+
+Program extraction rule
+-----------------------
+1. The *answer region* is the text after the last ``</think>``.  Without ``</think>``: a completion that
+   opened ``<think>`` and never closed it (truncated reasoning) has no program; otherwise the region is
+   the whole completion.  Only the last 400,000 characters are scanned.
+2. In the region, the last *closed* fenced block whose info string is ``python`` / ``py`` / ``python3``
+   (any case) is the program; failing that, the last closed fence with no info string.
+3. Failing that, if the completion had a ``</think>``, the whole region (stripped) is the program (a
+   bare-code answer; prose there simply fails to compile and scores 0).  Otherwise there is no program.
+4. No program, or more than 100,000 characters of it, scores 0.0.
+
+Test cases
+----------
+APPS / TACO / CodeContests / PRIME style: ``{"inputs": [...], "outputs": [...]}`` (a dict or its JSON
+string; APPS rows' ``input_output`` and PRIME's ``reward_model.ground_truth`` are unwrapped).  Without
+``fn_name`` each case is a stdin/stdout pair: the program reads the input on stdin and its stdout is
+compared with the expected output (exact; else line-wise ignoring trailing whitespace and blank edge
+lines; else token-wise, where two tokens that are not both integers may differ by 1e-6 absolute or
+relative).  With ``fn_name`` (APPS / TACO call-based problems) the program defines that function (or a
+LeetCode-style ``class Solution`` with that method); each input is the argument list, and the return value
+(through JSON, so tuples become lists) must equal the expected output or, as in APPS, its only element.
+A list of ``{"input": ..., "output": ...}`` dicts is accepted too.
+
+How a program is run (one sandbox process tree per program, all its test cases inside)
+--------------------------------------------------------------------------------------
+The parent starts ``python -I -S -B -c <bootstrap>`` (no site-packages: model code gets the standard
+library only) with ``start_new_session=True``, a fresh ``tempfile.mkdtemp`` directory as cwd (removed
+afterwards) and a minimal environment (``PATH``, ``HOME`` = ``TMPDIR`` = the sandbox dir, ``LANG``) -- the
+parent's environment variables are never passed.  The bootstrap reads the harness (trusted code,
+pre-compiled) and the test inputs from stdin.  The harness
+
+1. enters new **user, network, mount and PID namespaces** (``unshare(2)`` via ctypes; no root needed
+   where unprivileged user namespaces are allowed) and forks the PID namespace's init.  That init mounts
+   a fresh ``/proc`` (other processes, including the trainer and its ``environ``, are invisible), makes
+   the **whole filesystem read-only** (``mount_setattr(MOUNT_ATTR_RDONLY, AT_RECURSIVE)``) except the
+   sandbox directory, drops every capability (bounding, ambient, effective, permitted), sets
+   ``PR_SET_NO_NEW_PRIVS`` and makes itself non-dumpable.  The network namespace has only a loopback
+   device, and it is down.
+2. runs **each test case in a fresh fork** of itself, with stdin/stdout/stderr on memfds and every other
+   descriptor closed.  Before model code runs, each case process sets ``setrlimit`` (CPU = the remaining
+   budget, address space = ``memory_mb``, file size = the case's output cap, open files, stack, no core
+   files, ``RLIMIT_NPROC`` inside the user namespace).  It then installs a **seccomp filter**: no
+   ``socket(2)``; no ``fork``, ``vfork`` or non-thread ``clone``; no ``execve``; no write-opens, file
+   creation, rename, unlink or chmod; no ptrace, ``process_vm_*`` or ``pidfd_*``; no mount, unshare,
+   setns, bpf, io_uring, keyctl or perf; ``kill`` only of itself; other-architecture and x32 syscalls
+   refused.  Last comes a Python **audit hook** (the same policy, best effort: sockets, ctypes, process
+   creation, write-opens, other processes' ``/proc`` entries) and a thread cap (``max_processes``).
+3. enforces the per-program wall-clock budget: a case that runs past it is SIGKILLed and the program
+   scores 0.  After each case it kills everything else left in the PID namespace.  It reports each
+   case's stdout back to the parent, bounded: a case may print at most
+   ``min(max_output_bytes, 4 * len(expected) + 4096)`` bytes, enforced by ``RLIMIT_FSIZE`` on the stdout
+   memfd.  The parent does the comparison, so expected outputs never enter the sandbox and a program
+   cannot read them from the harness's memory.
+
+The parent never waits unboundedly.  It writes the payload and reads the (bounded) reply with a
+``selectors`` loop against a hard deadline of ``timeout_s + grace_s``.  After the harness exits (or at the
+deadline) it SIGKILLs the whole process group, reaps the leader and deletes the directory.  Killing the
+group kills the namespace's init, and the kernel then kills every process left in the PID namespace,
+including ones that called ``setsid()``.  No ``preexec_fn`` is used (it is not safe in a multi-threaded
+trainer).  Instead the harness applies every limit in the child before any model code runs, and
+``RLIMIT_NPROC`` can only count the sandbox's own processes *after* the harness has entered the user
+namespace.
+
+What is real where
+------------------
+``SandboxResult.isolation`` (and :func:`isolation_report`) says which layers were actually in force.  On
+the project's development machine (Linux 6.18, x86-64, running as **root**, unprivileged user namespaces
+allowed) all of these are in force: network namespace, PID namespace, private ``/proc``, read-only
+filesystem outside the sandbox directory, seccomp, dropped capabilities, rlimits and the audit hook.
+The exception is the kernel process limit:
+
+* **``RLIMIT_NPROC`` is never enforced for uid 0**, not even inside a user namespace (the kernel exempts
+  ``INIT_USER``).  So for a root trainer, process creation is refused outright (seccomp + audit hook),
+  ``allow_fork=True`` is ignored (``isolation["process_limit"]`` / ``["fork_allowed"]`` are False), and
+  threads are capped only by the audit-hook-level thread cap and ``RLIMIT_AS`` (best effort).  For a
+  non-root trainer with user namespaces, ``RLIMIT_NPROC`` counts exactly this sandbox's processes and
+  threads, and ``allow_fork=True`` works (tested by running the system Python as ``nobody``).
+
+Where user namespaces are refused (Docker's default seccomp profile, Ubuntu's AppArmor userns
+restriction, ...), the harness falls back, and says so in ``isolation``, to **seccomp + rlimits + audit
+hook** in the caller's namespaces:
+
+* network: still blocked (seccomp refuses ``socket(2)``), but there is no network namespace;
+* writes outside the sandbox dir: still blocked by default (seccomp refuses every write-open, create,
+  rename, unlink, ...; that also forbids writes *inside* the sandbox dir).  With
+  ``allow_file_writes=True`` there is then **no write confinement** beyond file permissions;
+* other processes are **visible** in ``/proc``.  A non-root program running as the same user as a
+  non-root trainer can *read* the trainer's ``/proc/<pid>/environ``.  The audit hook refuses that from
+  Python, but it is only best effort, since seccomp cannot filter by path.  Root trainers are
+  protected by the kernel (the capability-subset check of ``ptrace_may_access`` once capabilities are
+  dropped);
+* processes: never allowed (no PID namespace to kill them all).
+
+Without seccomp as well (other architectures than x86-64/aarch64, or filters forbidden), only the audit
+hook and rlimits remain: Python-level blocking, which a determined program could bypass.  Reading files
+is never confined: a program can read anything the trainer's user can read, e.g. ``~/.cache``.  But its
+only output channel is the reward: its stdout is compared and discarded, and ``keep_output`` keeps it
+for debugging only.
+
+Throughput
+----------
+Measured on the development machine (2 cores shared with other jobs, full isolation), for a trivial
+correct program with 10 stdin/stdout test cases: about 22 programs/s sequentially and 28 programs/s with
+:func:`code_rewards` on 2 workers.  That is about 40 ms of CPU per program: ~20 ms of interpreter start-up
+and harness set-up, plus ~1.5-2 ms per test case.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import marshal
+import math
+import os
+import re
+import selectors
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from brorl.rewards import completion_text
+
+__all__ = [
+    "SandboxConfig",
+    "SandboxResult",
+    "TestSpec",
+    "code_reward",
+    "code_rewards",
+    "trl_code_reward",
+    "make_trl_code_reward",
+    "run_program",
+    "extract_code",
+    "parse_tests",
+    "isolation_report",
+    "outputs_match",
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_MEMORY_MB",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "HARNESS_MARKER",
+    "default_workers",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 5.0
+"""Wall-clock budget in seconds for all test cases of one program (the paper's 5 s)."""
+DEFAULT_MEMORY_MB = 512
+"""Address-space limit (``RLIMIT_AS``) of each test-case process, in MiB."""
+DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
+"""Upper bound on the stdout one test case may produce (the effective cap is usually much smaller)."""
+HARNESS_MARKER = "brorl-sandbox-harness"
+"""An argument on the command line of every sandbox process (handy for finding strays with ``ps``)."""
+
+_SCAN_CHARS = 400_000
+_THINK_END = "</think>"
+_PY_TAGS = frozenset({"python", "py", "python3", "py3"})
+
+
+# --------------------------------------------------------------------------------------------------
+# Configuration and results
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits and policy of one sandbox run (all test cases of one program).
+
+    ``timeout_s`` is the total wall-clock budget for all test cases (running past it scores 0);
+    ``grace_s`` is extra time the parent allows for interpreter start-up before it kills the harness.
+    ``max_processes`` is ``RLIMIT_NPROC`` inside the sandbox's user namespace (threads count);
+    ``allow_fork`` permits ``fork``/``execve`` (off: seccomp and the audit hook refuse process creation);
+    process creation is only ever allowed inside a PID namespace (where the harness can kill every
+    descendant) and for a non-root user (the kernel never applies ``RLIMIT_NPROC`` to uid 0) --
+    elsewhere ``allow_fork`` is ignored (reported as ``isolation["fork_allowed"]``);
+    ``allow_file_writes`` permits writes (only inside the sandbox directory when the read-only mount
+    namespace is in force, see the module docstring).  ``namespaces`` / ``seccomp`` / ``audit_hook``
+    switch those layers off (for testing the others).  ``keep_output`` keeps stdout / stderr in the
+    result (debugging only: a program's output may contain whatever it could read).
+    """
+
+    timeout_s: float = DEFAULT_TIMEOUT
+    memory_mb: int = DEFAULT_MEMORY_MB
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    max_processes: int = 64
+    max_open_files: int = 64
+    allow_fork: bool = False
+    allow_file_writes: bool = False
+    namespaces: bool = True
+    seccomp: bool = True
+    audit_hook: bool = True
+    python: str = sys.executable
+    max_code_chars: int = 100_000
+    max_input_bytes: int = 64 << 20
+    grace_s: float = 2.0
+    keep_output: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "grace_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"SandboxConfig.{name} must be a positive number, got {value!r}")
+        for name in ("memory_mb", "max_output_bytes", "max_processes", "max_open_files", "max_code_chars",
+                     "max_input_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"SandboxConfig.{name} must be a positive integer, got {value!r}")
+        if self.max_open_files < 16:
+            raise ValueError("SandboxConfig.max_open_files must be at least 16 (Python needs a few)")
+        if not self.python:
+            raise ValueError("SandboxConfig.python must name a Python 3 interpreter")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """Outcome of running one program on its test cases.
+
+    ``status`` is the program-level outcome: ``"ok"`` (all cases ran; ``score`` = passed / total),
+    ``"compile_error"``, ``"timeout"`` (score 0 by the paper's rule), ``"no_code"``, ``"bad_tests"``,
+    ``"sandbox_error"`` (the harness failed -- logged, score 0).  ``case_status`` has one entry per test
+    case: ``"pass"``, ``"wrong_answer"``, ``"runtime_error"``, ``"output_limit"``, ``"timeout"``,
+    ``"compile_error"``, ``"setup_error"`` or ``"not_run"``.  ``isolation`` maps each isolation layer to
+    whether it was in force (keys: see the module docstring; ``process_limit`` means the kernel's
+    ``RLIMIT_NPROC`` really bounds the sandbox, ``fork_allowed`` whether model code may create
+    processes).  ``harness_pid`` is the process group / session id the run used.
+    """
+
+    score: float
+    status: str
+    passed: int = 0
+    total: int = 0
+    case_status: tuple[str, ...] = ()
+    case_times: tuple[float, ...] = ()
+    elapsed_s: float = 0.0
+    isolation: Mapping[str, bool] = field(default_factory=dict)
+    harness_pid: int | None = None
+    sandbox_dir: str | None = None
+    outputs: tuple[str, ...] | None = None
+    stderr: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """Normalised test cases: ``mode`` is ``"stdio"`` (inputs/outputs are strings) or ``"call"``
+    (inputs are argument lists, outputs are JSON values, ``fn_name`` names the function)."""
+
+    mode: str
+    inputs: tuple
+    outputs: tuple
+    fn_name: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.inputs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Program extraction (linear time, tail only)
+# --------------------------------------------------------------------------------------------------
+
+
+def extract_code(completion: Any, *, max_chars: int = 100_000) -> str | None:
+    """The program in a model completion, by the rule in the module docstring, or ``None``.
+
+    ``completion`` may be a string, bytes or a list of chat messages (see
+    :func:`brorl.rewards.completion_text`).  Programs longer than ``max_chars`` give ``None``.
+    """
+    try:
+        text = completion_text(completion)
+    except Exception:
+        return None
+    if not text:
+        return None
+    if len(text) > _SCAN_CHARS:
+        text = text[-_SCAN_CHARS:]
+    end = text.rfind(_THINK_END)
+    if end >= 0:
+        region, had_think = text[end + len(_THINK_END):], True
+    else:
+        if "<think>" in text:
+            return None
+        region, had_think = text, False
+    code = _last_fenced_block(region)
+    if code is None and had_think:
+        code = region.strip() or None
+    if code is None or len(code) > max_chars or not code.strip():
+        return None
+    return code
+
+
+def _last_fenced_block(text: str) -> str | None:
+    """Body of the last closed python-tagged fence (else the last closed untagged one), or ``None``."""
+    best_python = best_plain = None
+    open_tag: str | None = None
+    fence = ""
+    body_start = 0
+    pos = 0
+    n = len(text)
+    while pos <= n:
+        nl = text.find("\n", pos)
+        line_end = n if nl < 0 else nl
+        line = text[pos:line_end]
+        stripped = line.strip()
+        if open_tag is None:
+            lead = line[: len(line) - len(line.lstrip(" "))]
+            if len(lead) <= 3 and stripped.startswith("```"):
+                ticks = len(stripped) - len(stripped.lstrip("`"))
+                info = stripped[ticks:].strip()
+                if "`" not in info:
+                    open_tag = info.split()[0].lower() if info else ""
+                    fence = "`" * ticks
+                    body_start = line_end + 1
+        elif stripped.startswith(fence) and stripped.strip("`") == "" and len(stripped) >= len(fence):
+            body = text[body_start:pos] if pos > body_start else ""
+            if open_tag in _PY_TAGS:
+                best_python = body
+            elif open_tag == "":
+                best_plain = body
+            open_tag = None
+        if nl < 0:
+            break
+        pos = nl + 1
+    result = best_python if best_python is not None else best_plain
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Test cases
+# --------------------------------------------------------------------------------------------------
+
+_TEST_WRAPPER_KEYS = ("input_output", "ground_truth", "tests", "test_cases")
+
+
+def parse_tests(tests: Any, _depth: int = 0) -> TestSpec | None:
+    """Normalise a test-case specification (see the module docstring), or ``None`` if it is unusable."""
+    if _depth > 4:
+        return None
+    if isinstance(tests, (bytes, bytearray)):
+        tests = bytes(tests).decode("utf-8", errors="replace")
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except (ValueError, RecursionError):
+            return None
+        return parse_tests(tests, _depth + 1)
+    if isinstance(tests, (list, tuple)):
+        if tests and all(isinstance(t, Mapping) and "input" in t and "output" in t for t in tests):
+            return parse_tests({"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]},
+                               _depth + 1)
+        return None
+    if not isinstance(tests, Mapping):
+        return None
+    if "inputs" not in tests:
+        if isinstance(tests.get("reward_model"), Mapping):
+            return parse_tests(tests["reward_model"], _depth + 1)
+        for key in _TEST_WRAPPER_KEYS:
+            if tests.get(key) is not None:
+                return parse_tests(tests[key], _depth + 1)
+        return None
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
+    if not isinstance(inputs, (list, tuple)) or not isinstance(outputs, (list, tuple)):
+        return None
+    if not inputs or len(inputs) != len(outputs):
+        return None
+    fn_name = tests.get("fn_name")
+    if isinstance(fn_name, str) and fn_name.strip():
+        if not fn_name.strip().isidentifier():
+            return None
+        args = tuple(list(x) if isinstance(x, (list, tuple)) else [x] for x in inputs)
+        return TestSpec("call", args, tuple(outputs), fn_name.strip())
+    ins = tuple(_as_text(x) for x in inputs)
+    outs = tuple(_as_text(x) for x in outputs)
+    if any(x is None for x in ins) or any(x is None for x in outs):
+        return None
+    return TestSpec("stdio", ins, outs)
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int, float)) for v in value):
+        return "\n".join(str(v) for v in value) + ("\n" if value else "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Output comparison (parent side)
+# --------------------------------------------------------------------------------------------------
+
+_INT_TOKEN = re.compile(r"[+-]?\d+")
+
+
+def _lines(text: str) -> list[str]:
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    start = 0
+    while start < len(lines) and not lines[start]:
+        start += 1
+    return lines[start:]
+
+
+def _tokens_close(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if _INT_TOKEN.fullmatch(a) and _INT_TOKEN.fullmatch(b):
+        return False
+    try:
+        fa, fb = float(a), float(b)
+    except (ValueError, OverflowError):
+        return False
+    if not (math.isfinite(fa) and math.isfinite(fb)):
+        return False
+    return math.isclose(fa, fb, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def outputs_match(got: str, expected: str) -> bool:
+    """Whether a program's stdout ``got`` matches ``expected`` (stdio tests; rule in the module docstring)."""
+    if got == expected:
+        return True
+    if _lines(got) == _lines(expected):
+        return True
+    got_tokens, expected_tokens = got.split(), expected.split()
+    if len(got_tokens) != len(expected_tokens):
+        return False
+    return all(_tokens_close(a, b) for a, b in zip(got_tokens, expected_tokens))
+
+
+def _values_equal(got: Any, expected: Any, depth: int = 0) -> bool:
+    if depth > 100:
+        return False
+    if isinstance(expected, float) or isinstance(got, float):
+        if isinstance(got, (int, float)) and isinstance(expected, (int, float)) \
+                and not isinstance(got, bool) and not isinstance(expected, bool):
+            if math.isfinite(got) and math.isfinite(expected):
+                return math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-9)
+        return got == expected
+    if isinstance(expected, (list, tuple)) and isinstance(got, (list, tuple)):
+        return len(got) == len(expected) and all(_values_equal(g, e, depth + 1) for g, e in zip(got, expected))
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return got.keys() == expected.keys() and all(_values_equal(got[k], expected[k], depth + 1) for k in got)
+    try:
+        return bool(got == expected)
+    except Exception:
+        return False
+
+
+def _call_match(got_text: str, expected: Any) -> bool:
+    try:
+        got = json.loads(got_text)
+    except (ValueError, RecursionError):
+        return False
+    try:
+        if _values_equal(got, expected):
+            return True
+        if isinstance(expected, list) and len(expected) == 1:
+            return _values_equal(got, expected[0])
+    except RecursionError:
+        return False
+    return False
+
+
+# --------------------------------------------------------------------------------------------------
+# The harness (trusted code that runs inside the sandbox; see the module docstring)
+# --------------------------------------------------------------------------------------------------
+
+_HARNESS_SOURCE = r'''
+import gc, marshal, os, resource, select, signal, struct, sys, time
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 22, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+EXIT_COMPILE, EXIT_SETUP, EXIT_NO_FUNCTION = 65, 70, 66
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | 0x400000
+CLONE_THREAD = 0x10000
+
+# name: (x86_64, aarch64) syscall numbers (None: the syscall does not exist there)
+NR = {
+    "socket": (41, 198), "open": (2, None), "openat": (257, 56), "openat2": (437, 437), "creat": (85, None),
+    "truncate": (76, 45), "rename": (82, None), "renameat": (264, 38), "renameat2": (316, 276),
+    "mkdir": (83, None), "mkdirat": (258, 34), "rmdir": (84, None), "link": (86, None), "linkat": (265, 37),
+    "unlink": (87, None), "unlinkat": (263, 35), "symlink": (88, None), "symlinkat": (266, 36),
+    "chmod": (90, None), "fchmodat": (268, 53), "fchmodat2": (452, 452), "chown": (92, None),
+    "lchown": (94, None), "fchownat": (260, 54), "utime": (132, None), "utimes": (235, None),
+    "utimensat": (280, 88), "futimesat": (261, None), "mknod": (133, None), "mknodat": (259, 33),
+    "setxattr": (188, 5), "lsetxattr": (189, 6), "removexattr": (197, 14), "lremovexattr": (198, 15),
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51),
+    "unshare": (272, 97), "setns": (308, 268), "ptrace": (101, 117), "process_vm_readv": (310, 270),
+    "process_vm_writev": (311, 271), "process_madvise": (440, 440), "kcmp": (312, 272),
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282), "keyctl": (250, 219),
+    "add_key": (248, 217), "request_key": (249, 218), "kill": (62, 129), "tkill": (200, 130),
+    "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
+    "pidfd_send_signal": (424, 424), "pidfd_open": (434, 434), "pidfd_getfd": (438, 438),
+    "clone": (56, 220), "clone3": (435, 435), "fork": (57, None), "vfork": (58, None),
+    "execve": (59, 221), "execveat": (322, 281), "name_to_handle_at": (303, 264),
+    "open_by_handle_at": (304, 265), "open_tree": (428, 428), "move_mount": (429, 429),
+    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
+    "mount_setattr": (442, 442), "acct": (163, 89), "swapon": (167, 224), "swapoff": (168, 225),
+    "quotactl": (179, 60), "fanotify_init": (300, 262),
+}
+ALWAYS_DENY = ("socket", "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
+               "io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open",
+               "userfaultfd", "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root", "chroot",
+               "unshare", "setns", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+               "mount_setattr", "acct", "swapon", "swapoff", "quotactl", "fanotify_init", "pidfd_open",
+               "pidfd_getfd", "pidfd_send_signal", "tkill", "name_to_handle_at", "open_by_handle_at")
+WRITE_DENY = ("creat", "truncate", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link",
+              "linkat", "unlink", "unlinkat", "symlink", "symlinkat", "chmod", "fchmodat", "fchmodat2",
+              "chown", "lchown", "fchownat", "utime", "utimes", "utimensat", "futimesat", "mknod", "mknodat",
+              "setxattr", "lsetxattr", "removexattr", "lremovexattr")
+EPERM, EAGAIN, ENOSYS = 1, 11, 38
+WARMUP = """
+import sys
+def f(a, *b, c=1, **d):
+    return [x * 2 for x in range(a) if x % 2], {k: v for k, v in d.items()}, f"{a!r:>4}"
+class C:
+    def m(self):
+        try:
+            while True:
+                break
+        except (ValueError, KeyError) as e:
+            raise
+        finally:
+            pass
+        with open(0) as fh:
+            pass
+        return lambda y: (y, -y, not y, y ** 2, y // 3, y >> 1, y[1:2], (yield y))
+n, *rest = map(int, sys.stdin.readline().split())
+print(*rest, sep=" ", end="\\n")
+"""
+
+
+def read_exact(fd, n):
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            raise EOFError("payload truncated")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def load_libc():
+    try:
+        import ctypes
+        return ctypes, ctypes.CDLL(None, use_errno=True)
+    except Exception:
+        return None, None
+
+
+def prctl(ct, libc, *args):
+    args = list(args) + [0] * (5 - len(args))
+    return libc.prctl(*[a if not isinstance(a, int) else ct.c_ulong(a) for a in args])
+
+
+def enter_namespaces(ct, libc, iso):
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0:
+        return False
+    iso["user_namespace"] = iso["network_namespace"] = iso["mount_namespace"] = True
+    try:
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/uid_map", "w") as f:
+            f.write("0 %d 1" % uid)
+        with open("/proc/self/gid_map", "w") as f:
+            f.write("0 %d 1" % gid)
+    except OSError:
+        iso["id_mapped"] = False
+    return True
+
+
+def mount_setattr(ct, libc, path, flags, attr_set, attr_clr):
+    attr = (ct.c_uint64 * 4)(attr_set, attr_clr, 0, 0)
+    return libc.syscall(ct.c_long(442), ct.c_long(-100), ct.c_char_p(path), ct.c_ulong(flags),
+                        ct.byref(attr), ct.c_size_t(32))
+
+
+def setup_mounts(ct, libc, sbx, writable, iso):
+    bsbx = sbx.encode()
+    libc.mount(None, b"/", None, ct.c_ulong(MS_REC | MS_PRIVATE), None)
+    if libc.mount(b"proc", b"/proc", b"proc", ct.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) == 0:
+        iso["private_proc"] = True
+    elif libc.mount(b"tmpfs", b"/proc", b"tmpfs", ct.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC),
+                    b"size=4k,mode=555") == 0:
+        iso["private_proc"] = True
+    if libc.mount(bsbx, bsbx, None, ct.c_ulong(MS_BIND | MS_REC), None) != 0:
+        return
+    if mount_setattr(ct, libc, b"/", 0x8000, 1, 0) != 0:  # AT_RECURSIVE, MOUNT_ATTR_RDONLY
+        return
+    iso["readonly_fs"] = True
+    if writable:
+        mount_setattr(ct, libc, bsbx, 0x8000, 0, 1)
+    os.chdir(sbx)
+
+
+def bpf_program(allow_fork, allow_writes):
+    """The seccomp filter as a list of 8-byte instructions, and the indices whose operand must be
+    patched with the pid of the process that installs it."""
+    m = os.uname().machine
+    if m == "x86_64":
+        arch, col = 0xC000003E, 0
+    elif m in ("aarch64", "arm64"):
+        arch, col = 0xC00000B7, 1
+    else:
+        return None, ()
+    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+    ALLOW, ERRNO, KILL = 0x7FFF0000, 0x00050000, 0x80000000
+    ins = lambda code, k, jt=0, jf=0: struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
+    nr = lambda name: NR[name][col]
+    p = [ins(LD, 4), ins(JEQ, arch, 1, 0), ins(RET, KILL), ins(LD, 0)]
+    slots = []
+    if col == 0:
+        p += [ins(JGE, 0x40000000, 0, 1), ins(RET, ERRNO | EPERM)]
+    deny = list(ALWAYS_DENY) + ["openat2"]
+    if not allow_fork:
+        deny += ["fork", "vfork", "execve", "execveat"]
+    if not allow_writes:
+        deny += list(WRITE_DENY)
+    for name in deny:
+        if nr(name) is not None:
+            p += [ins(JEQ, nr(name), 0, 1), ins(RET, ERRNO | (ENOSYS if name == "openat2" else EPERM))]
+    p += [ins(JEQ, nr("clone3"), 0, 1), ins(RET, ERRNO | ENOSYS)]
+    if not allow_writes:
+        for name, arg in (("open", 1), ("openat", 2)):
+            if nr(name) is not None:
+                p += [ins(JEQ, nr(name), 0, 3), ins(LD, 16 + 8 * arg), ins(JSET, WRITE_FLAGS, 0, 1),
+                      ins(RET, ERRNO | EPERM), ins(LD, 0)]
+    if not allow_fork:
+        p += [ins(JEQ, nr("clone"), 0, 4), ins(LD, 16), ins(JSET, CLONE_THREAD, 0, 1), ins(RET, ALLOW),
+              ins(RET, ERRNO | EAGAIN), ins(LD, 0)]
+        for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+            p += [ins(JEQ, nr(name), 0, 5), ins(LD, 16)]
+            slots.append(len(p))
+            p += [ins(JEQ, 0, 2, 0), ins(JEQ, 0, 1, 0), ins(RET, ERRNO | EPERM), ins(RET, ALLOW), ins(LD, 0)]
+    p.append(ins(RET, ALLOW))
+    return p, slots
+
+
+class SeccompFilter:
+    """A seccomp filter prepared once in the harness; :meth:`install` patches in the caller's pid."""
+
+    def __init__(self, ct, libc, allow_fork, allow_writes):
+        prog, self.slots = bpf_program(allow_fork, allow_writes)
+        self.ok = prog is not None and len(prog) <= 4096
+        if not self.ok:
+            return
+        class SockFprog(ct.Structure):
+            _fields_ = [("len", ct.c_ushort), ("filter", ct.c_void_p)]
+        self.ct, self.libc = ct, libc
+        self.buf = ct.create_string_buffer(b"".join(prog), len(prog) * 8)
+        self.fprog = SockFprog(len(prog), ct.addressof(self.buf))
+        self.args = (ct.c_ulong(PR_SET_SECCOMP), ct.c_ulong(2), ct.byref(self.fprog), ct.c_ulong(0), ct.c_ulong(0))
+
+    def install(self):
+        if not self.ok:
+            return False
+        pid = os.getpid()
+        view = memoryview(self.buf).cast("B")
+        for index in self.slots:
+            struct.pack_into("=I", view, index * 8 + 4, pid)
+        return self.libc.prctl(*self.args) == 0
+
+
+def drop_capabilities(ct, libc):
+    for cap in range(64):
+        if prctl(ct, libc, PR_CAPBSET_DROP, cap) != 0:
+            break
+    prctl(ct, libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = (ct.c_uint32 * 2)(0x20080522, 0)
+    data = (ct.c_uint32 * 6)()
+    return libc.capset(header, data) == 0
+
+
+def install_audit_hook(allow_fork, allow_writes, private_proc, mypid):
+    realpath = os.path.realpath
+    own = ("/proc/self", "/proc/thread-self", "/proc/%d" % mypid)
+    deny = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
+            "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo",
+            "os.killpg", "pty.spawn", "syslog.openlog"}
+    if not allow_fork:
+        deny |= {"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system", "subprocess.Popen",
+                 "os.spawn"}
+    if not allow_writes:
+        deny |= {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
+                 "os.link", "os.symlink", "os.utime", "os.mkfifo", "os.mknod", "os.setxattr",
+                 "os.removexattr", "shutil.rmtree", "shutil.copyfile", "shutil.move", "shutil.copytree",
+                 "tempfile.mkstemp", "tempfile.mkdtemp"}
+    blocked_imports = {"ctypes", "_ctypes"} if allow_fork else {"ctypes", "_ctypes", "_posixsubprocess"}
+    def hook(event, args):
+        if event in deny or event.startswith("ctypes.") or event.startswith("socket."):
+            raise PermissionError("sandbox: %s is not allowed" % event)
+        if event == "open":
+            path = args[0]
+            if isinstance(path, int):
+                return
+            mode, flags = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else 0)
+            if not allow_writes and ((isinstance(flags, int) and flags & WRITE_FLAGS)
+                                     or (isinstance(mode, str) and any(c in mode for c in "wax+"))):
+                raise PermissionError("sandbox: writing files is not allowed")
+            if not private_proc and isinstance(path, (str, bytes)):
+                try:
+                    p = realpath(os.fsdecode(path))
+                except Exception:
+                    raise PermissionError("sandbox: bad path")
+                if p.startswith("/proc/") and not any(p == o or p.startswith(o + "/") for o in own):
+                    raise PermissionError("sandbox: other processes are not visible")
+        elif event == "import" and args and args[0] in blocked_imports:
+            raise ImportError("sandbox: module %s is not available" % args[0])
+        elif event == "os.kill" and args and args[0] not in (0, mypid) and not allow_fork:
+            raise PermissionError("sandbox: os.kill is not allowed")
+    sys.addaudithook(hook)
+
+
+def set_limit(which, value):
+    try:
+        soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError):
+        pass
+
+
+def child(opts, code_src, in_fd, out_fd, err_fd, status_w, null_fd, ct, libc, seccomp, iso, remaining, cap):
+    """A test-case process: harden, then run the model's program.  Never returns."""
+    try:
+        os.setpgid(0, 0)
+        os.dup2(in_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.dup2(status_w, 3)
+        args = None
+        if opts["mode"] == "call":
+            raw = b""
+            while True:
+                chunk = os.read(0, 1 << 20)
+                if not chunk:
+                    break
+                raw += chunk
+            args = json.loads(raw.decode("utf-8"))
+            del raw
+            os.dup2(null_fd, 0)
+        os.closerange(4, max(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+        mypid = os.getpid()
+        set_limit(resource.RLIMIT_CORE, 0)
+        cpu = max(1, int(remaining + 1.0))
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        except (ValueError, OSError):
+            pass
+        set_limit(resource.RLIMIT_FSIZE, cap + 1)
+        set_limit(resource.RLIMIT_NOFILE, opts["max_open_files"])
+        if iso.get("user_namespace"):
+            set_limit(resource.RLIMIT_NPROC, opts["max_processes"])
+        try:
+            resource.setrlimit(resource.RLIMIT_STACK, (64 << 20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+        except (ValueError, OSError):
+            pass
+        set_limit(resource.RLIMIT_AS, opts["memory_mb"] << 20)
+        flags = 0
+        if libc is not None:
+            prctl(ct, libc, PR_SET_NO_NEW_PRIVS, 1)
+            if seccomp is not None and seccomp.install():
+                flags |= 1
+        if opts["audit_hook"]:
+            install_audit_hook(opts["allow_fork"], opts["allow_file_writes"], iso.get("private_proc", False), mypid)
+            flags |= 4
+        os.write(3, bytes([flags]))
+        os.close(3)
+        cap_threads(opts["max_processes"])
+        for name in ("ctypes", "_ctypes", "ctypes._endian"):
+            sys.modules.pop(name, None)
+        ct = libc = None
+        import io
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False), 1 << 16),
+                                                    encoding="utf-8", errors="replace")
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+                                                      encoding="utf-8", errors="replace")
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False), 1 << 12),
+                                                      encoding="utf-8", errors="replace", line_buffering=True)
+        sys.argv = ["solution.py"]
+        sys.dont_write_bytecode = True
+    except BaseException:
+        os._exit(EXIT_SETUP)
+    try:
+        code = compile(code_src, "solution.py", "exec", dont_inherit=True)
+    except BaseException:
+        os._exit(EXIT_COMPILE)
+    del code_src
+    import builtins
+    g = {"__name__": "__main__", "__builtins__": builtins, "__file__": "solution.py"}
+    status = 0
+    try:
+        if args is None:
+            exec(code, g)
+        else:
+            real_stdout = sys.stdout
+            sys.stdout = _Sink()
+            exec(code, g)
+            fn = g.get(opts["fn_name"])
+            if fn is None and isinstance(g.get("Solution"), type):
+                fn = getattr(g["Solution"](), opts["fn_name"], None)
+            if not callable(fn):
+                os._exit(EXIT_NO_FUNCTION)
+            result = fn(*args)
+            sys.stdout = real_stdout
+            text = json.dumps(result, default=repr)
+            data = text.encode("utf-8", errors="replace")
+            while data:
+                data = data[os.write(1, data):]
+    except SystemExit as e:
+        code_ = e.code
+        status = 0 if code_ is None or code_ == 0 else 1
+    except BaseException:
+        status = 1
+        try:
+            import traceback
+            traceback.print_exc(limit=20)
+        except BaseException:
+            pass
+    try:
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    try:
+        g.clear()
+        import gc
+        gc.collect()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.__stdout__, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            status = status or 1
+    os._exit(status)
+
+
+def cap_threads(limit):
+    """At most ``limit`` threads per test case (best effort: RLIMIT_NPROC does not bind root)."""
+    import _thread
+    start = _thread.start_new_thread
+    budget = [limit]
+    def start_new_thread(function, args, kwargs=None):
+        if budget[0] <= 0:
+            raise RuntimeError("can't start new thread (sandbox thread limit)")
+        budget[0] -= 1
+        return start(function, args, {} if kwargs is None else kwargs)
+    _thread.start_new_thread = _thread.start_new = start_new_thread
+
+
+class _Sink:
+    def write(self, s):
+        return len(s)
+    def flush(self):
+        pass
+
+
+def wait_child(pid, deadline):
+    """Wait for ``pid`` until ``deadline``; returns its wait status, or None after killing it on timeout."""
+    pfd = None
+    try:
+        pfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pass
+    try:
+        if pfd is not None:
+            ready = select.select([pfd], [], [], max(0.0, deadline - time.monotonic()))[0]
+            if ready:
+                return os.waitpid(pid, 0)[1]
+        else:
+            delay = 0.0005
+            while time.monotonic() < deadline:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return st
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 0.01)
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return st
+    finally:
+        if pfd is not None:
+            os.close(pfd)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    os.waitpid(pid, 0)
+    return None
+
+
+def reap_strays(pid, pid_ns):
+    if pid_ns:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            except OSError:
+                break
+    else:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def pread_all(fd, n):
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.pread(fd, min(n - got, 1 << 20), got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+STATUS_CODES = {"ok": 0, "runtime_error": 1, "timeout": 2, "output_limit": 3, "compile_error": 4,
+                "setup_error": 5}
+RECORD = struct.Struct("!4sIBIId")
+
+
+def emit(fd, i, status, out=b"", err=b"", elapsed=0.0):
+    """One framed record: magic, case index, status code (255: final), len(out), len(err), seconds."""
+    data = RECORD.pack(b"BSR1", i, STATUS_CODES.get(status, 255), len(out), len(err), elapsed) + out + err
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def run_cases(opts, blob, ct, libc, iso):
+    res_fd = 1
+    null_fd = os.open(os.devnull, os.O_RDWR)
+    lengths, caps = opts["lengths"], opts["caps"]
+    code_src = opts.pop("code")
+    deadline = time.monotonic() + opts["timeout"]
+    pid_ns = iso.get("pid_namespace", False)
+    # RLIMIT_NPROC is never enforced for kuid 0 (not even inside a user namespace), so process creation
+    # is only allowed where the kernel counts this sandbox's processes *and* can kill them all.
+    iso["process_limit"] = bool(iso.get("user_namespace") and opts["outer_uid"] != 0)
+    opts["allow_fork"] = iso["fork_allowed"] = bool(opts["allow_fork"] and pid_ns and iso["process_limit"])
+    seccomp = None
+    if libc is not None:
+        iso["capabilities_dropped"] = drop_capabilities(ct, libc)
+        prctl(ct, libc, PR_SET_NO_NEW_PRIVS, 1)
+        if opts["seccomp"]:
+            seccomp = SeccompFilter(ct, libc, opts["allow_fork"], opts["allow_file_writes"])
+    import io
+    io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="replace")  # warm the codec caches
+    compile(WARMUP, "warmup.py", "exec")  # the first compile() in a process is ~1 ms of one-off set-up
+    gc.collect()
+    gc.freeze()
+    offset = 0
+    for i, (n, cap) in enumerate(zip(lengths, caps)):
+        now = time.monotonic()
+        if now >= deadline:
+            emit(res_fd, i, "timeout")
+            break
+        in_fd = os.memfd_create("stdin")
+        out_fd = os.memfd_create("stdout")
+        err_fd = os.memfd_create("stderr")
+        status_r, status_w = os.pipe()
+        pos = 0
+        while pos < n:
+            chunk = os.pread(blob, min(n - pos, 1 << 20), offset + pos)
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(in_fd, view):]
+            pos += len(chunk)
+        os.lseek(in_fd, 0, os.SEEK_SET)
+        offset += n
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            os.close(status_r)
+            child(opts, code_src, in_fd, out_fd, err_fd, status_w, null_fd, ct, libc, seccomp, iso,
+                  deadline - t0, cap)
+            os._exit(EXIT_SETUP)
+        os.close(status_w)
+        st = wait_child(pid, deadline)
+        elapsed = time.monotonic() - t0
+        reap_strays(pid, pid_ns)
+        try:
+            flag = os.read(status_r, 1)
+        except OSError:
+            flag = b""
+        os.close(status_r)
+        if flag and i == 0:
+            iso["seccomp"] = bool(flag[0] & 1)
+            iso["audit_hook"] = bool(flag[0] & 4)
+        size = os.fstat(out_fd).st_size
+        if st is None:
+            status = "timeout"
+        elif os.WIFSIGNALED(st):
+            sig = os.WTERMSIG(st)
+            status = {signal.SIGXCPU: "timeout", signal.SIGXFSZ: "output_limit"}.get(sig, "runtime_error")
+        else:
+            code = os.WEXITSTATUS(st)
+            status = {0: "ok", EXIT_COMPILE: "compile_error", EXIT_SETUP: "setup_error",
+                      EXIT_NO_FUNCTION: "runtime_error"}.get(code, "runtime_error")
+        if status not in ("timeout", "compile_error", "setup_error") and size > cap:
+            status = "output_limit"
+        out = pread_all(out_fd, min(size, cap)) if status in ("ok", "runtime_error") else b""
+        err = pread_all(err_fd, 4096) if opts["keep_output"] else b""
+        for fd in (in_fd, out_fd, err_fd):
+            os.close(fd)
+        emit(res_fd, i, status, out, err, elapsed)
+        if status in ("timeout", "compile_error", "setup_error"):
+            break
+    emit(res_fd, len(lengths), "done", ",".join(sorted(k for k, v in iso.items() if v)).encode())
+
+
+def main():
+    header_len = struct.unpack("!Q", read_exact(0, 8))[0]
+    opts = marshal.loads(read_exact(0, header_len))
+    total = sum(opts["lengths"])
+    blob = os.memfd_create("inputs")
+    copied = 0
+    while copied < total:
+        chunk = os.read(0, min(total - copied, 1 << 20))
+        if not chunk:
+            raise EOFError("inputs truncated")
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(blob, view):]
+        copied += len(chunk)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sbx = os.getcwd()
+    iso = {"user_namespace": False, "network_namespace": False, "mount_namespace": False,
+           "pid_namespace": False, "private_proc": False, "readonly_fs": False, "seccomp": False,
+           "capabilities_dropped": False, "audit_hook": False, "rlimits": True, "process_limit": False,
+           "fork_allowed": False}
+    opts["outer_uid"] = os.getuid()
+    if opts["mode"] == "call":
+        import json
+        globals()["json"] = json
+    ct, libc = load_libc()
+    if opts["namespaces"] and libc is not None and enter_namespaces(ct, libc, iso):
+        pid = os.fork()
+        if pid:
+            st = os.waitpid(pid, 0)[1]
+            os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 1)
+        prctl(ct, libc, PR_SET_PDEATHSIG, signal.SIGKILL)
+        iso["pid_namespace"] = os.getpid() == 1
+        try:
+            setup_mounts(ct, libc, sbx, opts["allow_file_writes"], iso)
+        except OSError:
+            pass
+    if libc is not None:
+        prctl(ct, libc, PR_SET_DUMPABLE, 0)
+    set_limit(resource.RLIMIT_CORE, 0)
+    run_cases(opts, blob, ct, libc, iso)
+    os._exit(0)
+
+
+main()
+'''
+
+
+# --------------------------------------------------------------------------------------------------
+# Parent side: launching and supervising the harness
+# --------------------------------------------------------------------------------------------------
+
+
+def _case_caps(spec: TestSpec, max_output_bytes: int) -> list[int]:
+    caps = []
+    for expected in spec.outputs:
+        if spec.mode == "stdio":
+            size = len(expected.encode("utf-8", errors="replace"))
+        else:
+            try:
+                size = len(json.dumps(expected))
+            except (TypeError, ValueError, RecursionError):
+                size = 0
+        caps.append(max(1, min(max_output_bytes, 4 * size + 4096)))
+    return caps
+
+
+def _encode_inputs(spec: TestSpec) -> list[bytes] | None:
+    try:
+        if spec.mode == "stdio":
+            return [s.encode("utf-8", errors="replace") for s in spec.inputs]
+        return [json.dumps(list(args)).encode("utf-8") for args in spec.inputs]
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _rmtree(path: str) -> None:
+    def fix(func, p, _exc):
+        try:
+            os.chmod(os.path.dirname(p), stat.S_IRWXU)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat.S_IRWXU)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=fix)
+    if os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _supervise(proc: subprocess.Popen, payload: bytes, deadline: float, out_limit: int) -> tuple[bytes, bytes, bool]:
+    """Feed ``payload`` to the harness and collect its reply until EOF or ``deadline``.
+
+    Returns ``(stdout, stderr_tail, timed_out)``; never reads more than ``out_limit`` bytes of stdout
+    (more is a protocol violation: the harness is killed) nor keeps more than 16 KiB of stderr.
+    """
+    out = bytearray()
+    err = bytearray()
+    timed_out = False
+    view = memoryview(payload)
+    sel = selectors.DefaultSelector()
+    try:
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+        sel.register(proc.stdin, selectors.EVENT_WRITE)
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        open_readers = 2
+        while open_readers:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(remaining):
+                fd = key.fileobj.fileno()
+                if key.fileobj is proc.stdin:
+                    try:
+                        written = os.write(fd, view[: 1 << 16])
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the harness died or closed stdin
+                        written = len(view)
+                    view = view[written:]
+                    if not view:
+                        sel.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    open_readers -= 1
+                elif key.fileobj is proc.stdout:
+                    out += chunk
+                    if len(out) > out_limit:
+                        raise _ProtocolError("harness reply exceeds its bound")
+                else:
+                    err += chunk
+                    if len(err) > 1 << 15:
+                        del err[: len(err) - (1 << 14)]
+    finally:
+        sel.close()
+    return bytes(out), bytes(err[-(1 << 14):]), timed_out
+
+
+class _ProtocolError(Exception):
+    pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    except OSError:
+        pass
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a process stuck in the kernel
+        logger.error("sandbox harness %d did not die after SIGKILL", proc.pid)
+
+
+_RECORD = struct.Struct("!4sIBIId")
+_STATUS_NAMES = {0: "ok", 1: "runtime_error", 2: "timeout", 3: "output_limit", 4: "compile_error",
+                 5: "setup_error"}
+
+
+def _parse_reply(data: bytes, total: int):
+    """Decode the harness's framed reply: per-case records, then the final record (isolation flags).
+
+    A reply cut short (the harness was killed) yields the complete records before the cut and
+    ``isolation=None``; a malformed one raises :class:`_ProtocolError`.
+    """
+    cases: list[tuple[str, float, bytes, bytes]] = []
+    isolation: dict | None = None
+    pos = 0
+    size = _RECORD.size
+    while pos + size <= len(data):
+        magic, index, code, n, e, elapsed = _RECORD.unpack_from(data, pos)
+        if magic != b"BSR1":
+            raise _ProtocolError("bad record header")
+        pos += size
+        if pos + n + e > len(data):
+            break
+        out, err = data[pos:pos + n], data[pos + n:pos + n + e]
+        pos += n + e
+        if code == 255:
+            flags = out.decode("ascii", errors="replace").split(",") if out else []
+            isolation = {name: name in flags for name in _ISOLATION_KEYS}
+            isolation.update((name, True) for name in flags if name)
+            break
+        if index != len(cases) or code not in _STATUS_NAMES or len(cases) >= total:
+            raise _ProtocolError("unexpected case record")
+        cases.append((_STATUS_NAMES[code], float(elapsed), out, err))
+    return cases, isolation
+
+
+_ISOLATION_KEYS = ("user_namespace", "network_namespace", "mount_namespace", "pid_namespace", "private_proc",
+                   "readonly_fs", "seccomp", "capabilities_dropped", "audit_hook", "rlimits", "process_limit",
+                   "fork_allowed")
+
+# The harness is sent over stdin: a pre-compiled code object (marshal) when the sandbox runs this very
+# interpreter, else its source.  This bootstrap, passed with -c, reads and runs it.
+_BOOTSTRAP = (
+    "import marshal,os,sys\n"
+    "def _r(n):\n"
+    " b=b''\n"
+    " while len(b)<n:\n"
+    "  c=os.read(0,n-len(b))\n"
+    "  if not c: os._exit(3)\n"
+    "  b+=c\n"
+    " return b\n"
+    "_n=int.from_bytes(_r(8),'big')\n"
+    "_h=_r(_n)\n"
+    "exec(marshal.loads(_h) if sys.argv[1]=='m' else compile(_h,'<brorl-sandbox-harness>','exec'))\n"
+)
+_harness_blobs: dict[str, tuple[str, bytes]] = {}
+_harness_lock = threading.Lock()
+
+
+def _harness_blob(python: str) -> tuple[str, bytes]:
+    """``("m", marshalled code)`` for this interpreter, ``("s", source)`` for any other."""
+    with _harness_lock:
+        if python not in _harness_blobs:
+            try:
+                same = os.path.realpath(python) == os.path.realpath(sys.executable)
+            except OSError:
+                same = False
+            if same:
+                code = compile(_HARNESS_SOURCE, "<brorl-sandbox-harness>", "exec")
+                _harness_blobs[python] = ("m", marshal.dumps(code))
+            else:
+                _harness_blobs[python] = ("s", _HARNESS_SOURCE.encode("utf-8"))
+        return _harness_blobs[python]
+
+
+def run_program(code: Any, tests: Any, config: SandboxConfig | None = None, **overrides: Any) -> SandboxResult:
+    """Run the program ``code`` on ``tests`` in the sandbox and score it.
+
+    ``tests`` is anything :func:`parse_tests` accepts (or a :class:`TestSpec`).  ``overrides`` replace
+    fields of ``config`` (default :class:`SandboxConfig()`).  Never raises for bad code or bad tests
+    and never blocks past ``timeout_s + grace_s`` (plus the time to kill and reap); invalid *config*
+    values raise ``ValueError``.
+    """
+    config = replace(config or SandboxConfig(), **overrides) if overrides else (config or SandboxConfig())
+    t_start = time.monotonic()
+    if not isinstance(code, str) or not code.strip() or len(code) > config.max_code_chars:
+        return SandboxResult(0.0, "no_code")
+    spec = tests if isinstance(tests, TestSpec) else _safe_parse(tests)
+    if spec is None:
+        return SandboxResult(0.0, "bad_tests", detail="unusable test-case specification")
+    inputs = _encode_inputs(spec)
+    if inputs is None or sum(map(len, inputs)) > config.max_input_bytes:
+        return SandboxResult(0.0, "bad_tests", total=len(spec), detail="inputs unencodable or too large")
+    caps = _case_caps(spec, config.max_output_bytes)
+    header = {
+        "code": code, "mode": spec.mode, "fn_name": spec.fn_name, "lengths": [len(b) for b in inputs],
+        "caps": caps, "timeout": float(config.timeout_s), "memory_mb": int(config.memory_mb),
+        "max_processes": int(config.max_processes), "max_open_files": int(config.max_open_files),
+        "allow_fork": bool(config.allow_fork), "allow_file_writes": bool(config.allow_file_writes),
+        "namespaces": bool(config.namespaces), "seccomp": bool(config.seccomp),
+        "audit_hook": bool(config.audit_hook),
+        "keep_output": bool(config.keep_output),
+    }
+    try:
+        header_bytes = marshal.dumps(header, 4)
+    except (TypeError, ValueError):
+        return SandboxResult(0.0, "bad_tests", total=len(spec), detail="unencodable")
+    kind, harness = _harness_blob(config.python)
+    payload = b"".join([struct.pack("!Q", len(harness)), harness, struct.pack("!Q", len(header_bytes)),
+                        header_bytes, *inputs])
+    del inputs
+    out_limit = sum(caps) + (2 + len(caps)) * 4096 + len(caps) * 8192 + (1 << 16)
+
+    sbx = None
+    proc = None
+    try:
+        sbx = tempfile.mkdtemp(prefix="brorl-sbx-")
+        os.chmod(sbx, stat.S_IRWXU)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": sbx, "TMPDIR": sbx, "LANG": "C.UTF-8",
+               "LC_ALL": "C.UTF-8"}
+        argv = [config.python, "-I", "-S", "-B", "-c", _BOOTSTRAP, kind, HARNESS_MARKER, sbx]
+        deadline = time.monotonic() + config.timeout_s + config.grace_s
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                cwd=sbx, env=env, start_new_session=True, close_fds=True)
+        try:
+            out, err, timed_out = _supervise(proc, payload, deadline, out_limit)
+        finally:
+            _kill_group(proc)
+        del payload
+        cases, isolation = _parse_reply(out, len(spec))
+        result = _score(spec, cases, isolation, timed_out, err, config)
+    except Exception as exc:  # the sandbox itself failed: log, score 0, never raise
+        logger.warning("code sandbox failed: %s: %s", type(exc).__name__, exc)
+        result = SandboxResult(0.0, "sandbox_error", total=len(spec), detail=f"{type(exc).__name__}: {exc}")
+    finally:
+        if sbx is not None:
+            _rmtree(sbx)
+    return replace(result, elapsed_s=time.monotonic() - t_start,
+                   harness_pid=proc.pid if proc is not None else None, sandbox_dir=sbx)
+
+
+def _safe_parse(tests: Any) -> TestSpec | None:
+    try:
+        return parse_tests(tests)
+    except Exception:
+        return None
+
+
+def _score(spec: TestSpec, cases, isolation, timed_out: bool, err: bytes, config: SandboxConfig) -> SandboxResult:
+    total = len(spec)
+    statuses: list[str] = []
+    times: list[float] = []
+    outputs: list[str] = []
+    stderr_text = ""
+    passed = 0
+    for i, (status, elapsed, out, case_err) in enumerate(cases):
+        text = out.decode("utf-8", errors="replace")
+        if status == "ok":
+            ok = outputs_match(text, spec.outputs[i]) if spec.mode == "stdio" else _call_match(text, spec.outputs[i])
+            status = "pass" if ok else "wrong_answer"
+            passed += ok
+        statuses.append(status)
+        times.append(elapsed)
+        if config.keep_output:
+            outputs.append(text)
+            if case_err and not stderr_text:
+                stderr_text = case_err.decode("utf-8", errors="replace")
+    statuses += ["not_run"] * (total - len(statuses))
+    common = dict(total=total, case_status=tuple(statuses), case_times=tuple(times),
+                  isolation=dict(isolation or {}), outputs=tuple(outputs) if config.keep_output else None,
+                  stderr=stderr_text)
+    if "compile_error" in statuses:
+        return SandboxResult(0.0, "compile_error", **common)
+    if "timeout" in statuses or (timed_out and isolation is None):
+        return SandboxResult(0.0, "timeout", **common)
+    if isolation is None:
+        tail = err.decode("utf-8", errors="replace")[-2000:]
+        logger.warning("code sandbox harness exited without a complete reply; stderr tail: %s", tail)
+        return SandboxResult(0.0, "sandbox_error", detail=tail, **common)
+    if "setup_error" in statuses:
+        logger.warning("code sandbox: a test-case process failed to set itself up")
+    _warn_degraded(common["isolation"], config)
+    return SandboxResult(passed / total if total else 0.0, "ok", passed=passed, **common)
+
+
+_warned: set[str] = set()
+
+
+def _warn_degraded(isolation: Mapping[str, bool], config: SandboxConfig) -> None:
+    missing = []
+    if config.namespaces and not isolation.get("network_namespace"):
+        missing.append("namespaces (network/PID/mount)")
+    if config.namespaces and isolation.get("mount_namespace") and not isolation.get("readonly_fs"):
+        missing.append("read-only filesystem")
+    if config.seccomp and not isolation.get("seccomp"):
+        missing.append("seccomp")
+    key = ",".join(missing)
+    if missing and key not in _warned:
+        _warned.add(key)
+        logger.warning("code sandbox running without %s; see brorl.sandbox's docstring for what remains",
+                       " and ".join(missing))
+
+
+# --------------------------------------------------------------------------------------------------
+# Public reward functions
+# --------------------------------------------------------------------------------------------------
+
+
+def code_reward(completion: Any, tests: Any, *, timeout_s: float | None = None, memory_mb: int | None = None,
+                max_output_bytes: int | None = None, config: SandboxConfig | None = None) -> float:
+    """The paper's code reward for one completion: fraction of test cases passed, in [0, 1].
+
+    0.0 when no program can be extracted (:func:`extract_code`), on a syntax error, when the program
+    runs past ``timeout_s`` (default 5 s, all cases together), and when the sandbox fails.
+    ``memory_mb`` (default 512) limits each test-case process's address space; ``max_output_bytes``
+    (default 1 MiB) bounds what one case may print.  Arguments left as ``None`` come from ``config``
+    (default :class:`SandboxConfig()`).  Never raises for bad completions or tests; returns within
+    ``timeout_s`` plus start-up slack.
+    """
+    config = config or SandboxConfig()
+    overrides = {k: v for k, v in (("timeout_s", timeout_s), ("memory_mb", memory_mb),
+                                   ("max_output_bytes", max_output_bytes)) if v is not None}
+    if overrides:
+        config = replace(config, **overrides)
+    return _reward_one(completion, tests, config)
+
+
+def _reward_one(completion: Any, tests: Any, config: SandboxConfig) -> float:
+    try:
+        code = extract_code(completion, max_chars=config.max_code_chars)
+        if code is None:
+            return 0.0
+        score = run_program(code, tests, config).score
+        return score if math.isfinite(score) else 0.0
+    except Exception as exc:  # pragma: no cover - run_program already catches everything
+        logger.warning("code_reward failed: %s", exc)
+        return 0.0
+
+
+def default_workers() -> int:
+    """Sandboxes run in parallel by :func:`code_rewards`: ``BRORL_CODE_WORKERS`` or the CPU count."""
+    try:
+        value = int(os.environ.get("BRORL_CODE_WORKERS", "0"))
+    except ValueError:
+        value = 0
+    return value if value > 0 else max(1, os.cpu_count() or 1)
+
+
+def code_rewards(completions: Sequence[Any], tests: Sequence[Any], *, config: SandboxConfig | None = None,
+                 max_workers: int | None = None) -> list[float]:
+    """:func:`code_reward` for a batch: identical (program, tests) pairs run once, the rest in parallel
+    (``max_workers`` sandboxes at a time, default :func:`default_workers`)."""
+    completions, tests = list(completions), list(tests)
+    if len(completions) != len(tests):
+        raise ValueError(f"{len(completions)} completions but {len(tests)} test specifications")
+    config = config or SandboxConfig()
+    jobs: dict[tuple, list[int]] = {}
+    keyed: dict[tuple, tuple[str, Any]] = {}
+    scores = [0.0] * len(completions)
+    for i, (completion, spec) in enumerate(zip(completions, tests)):
+        code = extract_code(completion, max_chars=config.max_code_chars)
+        if code is None:
+            continue
+        key = (code, spec if isinstance(spec, str) else id(spec))
+        jobs.setdefault(key, []).append(i)
+        keyed[key] = (code, spec)
+    if not jobs:
+        return scores
+    workers = max(1, min(len(jobs), max_workers or default_workers()))
+
+    def one(key: tuple) -> float:
+        code, spec = keyed[key]
+        try:
+            return run_program(code, spec, config).score
+        except Exception as exc:  # pragma: no cover
+            logger.warning("code sandbox failed: %s", exc)
+            return 0.0
+
+    if workers == 1:
+        results = {key: one(key) for key in jobs}
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="brorl-sbx") as pool:
+            results = dict(zip(jobs, pool.map(one, list(jobs))))
+    for key, indices in jobs.items():
+        for i in indices:
+            scores[i] = results[key]
+    return scores
+
+
+_TESTS_KEYS = ("tests", "input_output", "test_cases", "ground_truth", "reward_model", "verification_info")
+
+
+def _tests_column(kwargs: dict, keys: Sequence[str], n: int) -> list:
+    for key in keys:
+        values = kwargs.get(key)
+        if values is not None:
+            values = list(values)
+            if len(values) != n:
+                raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
+            return values
+    raise ValueError(
+        f"trl_code_reward: no {' / '.join(repr(k) for k in keys)} column among the reward kwargs "
+        f"{sorted(k for k in kwargs if k not in ('trainer_state', 'log_extra', 'log_metric'))}"
+    )
+
+
+def trl_code_reward(prompts=None, completions=None, **kwargs) -> list[float]:
+    """TRL ``GRPOTrainer`` reward function: the sandboxed code reward of each completion.
+
+    The test cases come from the first of the dataset columns "tests", "input_output" (APPS's JSON
+    string), "test_cases", "ground_truth", "reward_model" (PRIME / veRL: ``{"ground_truth": ...}``),
+    "verification_info" that is present (``ValueError`` if none is -- training on all-zero rewards
+    silently would be worse).  Each entry may be a dict or a JSON string.  Returns one float per
+    completion; programs run in parallel (:func:`code_rewards`).  A module-level function, so it pickles.
+    """
+    completions = list(completions if completions is not None else [])
+    tests = _tests_column(kwargs, _TESTS_KEYS, len(completions))
+    return code_rewards(completions, tests)
+
+
+def make_trl_code_reward(config: SandboxConfig | None = None, tests_key: str | None = None,
+                         max_workers: int | None = None) -> Callable[..., list[float]]:
+    """Like :func:`trl_code_reward`, but with a :class:`SandboxConfig`, a fixed tests column and/or a
+    fixed number of parallel sandboxes."""
+    keys = (tests_key,) if tests_key else _TESTS_KEYS
+
+    def trl_code_reward(prompts=None, completions=None, **kwargs) -> list[float]:
+        """TRL reward function: fraction of test cases each completion's program passes."""
+        completions = list(completions if completions is not None else [])
+        tests = _tests_column(kwargs, keys, len(completions))
+        return code_rewards(completions, tests, config=config, max_workers=max_workers)
+
+    return trl_code_reward
+
+
+_isolation_cache: dict[tuple, Mapping[str, bool]] = {}
+_isolation_lock = threading.Lock()
+
+
+def isolation_report(config: SandboxConfig | None = None) -> Mapping[str, bool]:
+    """Which isolation layers a sandbox run actually gets on this machine (runs one trivial program
+    once per config and caches the answer)."""
+    config = config or SandboxConfig()
+    key = (config.namespaces, config.seccomp, config.audit_hook, config.allow_fork, config.allow_file_writes,
+           config.python)
+    with _isolation_lock:
+        if key not in _isolation_cache:
+            result = run_program("print(input())", {"inputs": ["1\n"], "outputs": ["1\n"]}, config)
+            _isolation_cache[key] = dict(result.isolation)
+        return dict(_isolation_cache[key])
