@@ -38,5 +38,6 @@ rule all:
         ARM_CHECKPOINTS,
         EVAL_OUTPUTS,
         TABLE_OUTPUTS,
+        THROUGHPUT_OUTPUTS,
         DVC_FILES,
     default_target: True

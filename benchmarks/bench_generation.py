@@ -22,11 +22,9 @@ rarely sample the end token, so every completion runs to the full length (the sl
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 for _k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
@@ -57,45 +55,16 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-samples", type=int, default=1024)
     args = ap.parse_args(argv)
 
-    import torch
-    from datasets import Dataset
-    from transformers import AutoTokenizer
+    from brorl.tasks.core import TaskSettings, max_new_tokens
+    from brorl.training.throughput import measure_throughput, ratios
 
-    from brorl.tasks.core import TaskSettings, format_prompt, generate_split, max_new_tokens
-    from brorl.training.settings import RLSettings
-    from brorl.training.stage import grpo_config
-    from brorl.training.trainer import BroRLTrainer
-
-    torch.set_num_threads(args.threads)
     tmp = tempfile.TemporaryDirectory()
     model_dir = args.model or random_model(Path(tmp.name) / "model")
-    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    n_prompts = max(args.total // n for n in args.ns)
-    records = generate_split("add", "train", n_prompts, seed=99, partition_seed=TaskSettings().seed)
-    prompts = [format_prompt(tok, r) for r in records]
     length = max_new_tokens(TaskSettings(), ["add"])
-    s = RLSettings(n_rollouts=args.ns[0], prompts_per_step=1, beta=0.0, chunk_samples=args.chunk_samples,
-                   threads=args.threads)
-    trainer = BroRLTrainer(model=str(model_dir), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                           args=grpo_config(s, Path(tmp.name) / "out", length),
-                           train_dataset=Dataset.from_dict({"prompt": prompts}), processing_class=tok, settings=s)
-    trainer.model.train()  # the trainer generates in training mode
-
-    rows = []
-    for n in args.ns:
-        batch = [p for p in prompts[: args.total // n] for _ in range(n)]
-        for engine in args.engines:
-            trainer.settings = dataclasses.replace(s, generation_engine=engine)
-            trainer.num_generations = n
-            best, mean_len = 0.0, 0.0
-            for rep in range(args.repeats):
-                trainer._sampler_seed = rep
-                t0 = time.perf_counter()
-                _, completion_ids, *_ = trainer._generate(batch)
-                best = max(best, len(batch) / (time.perf_counter() - t0))
-                mean_len = sum(map(len, completion_ids)) / len(completion_ids)
-            rows.append((n, len(batch) // n, len(batch), engine, best, mean_len))
-            print(f"  N={n:4d} {engine:14s} {best:9.0f} samples/s", file=sys.stderr, flush=True)
+    measured = measure_throughput(model_dir, ns=args.ns, total=args.total, engines=args.engines,
+                                  repeats=args.repeats, threads=args.threads, chunk_samples=args.chunk_samples)
+    rows = [(r["n_rollouts"], r["prompts"], r["samples"], r["engine"], r["samples_per_s"], r["mean_length"])
+            for r in measured]
 
     print(f"\nGeneration throughput, {args.total} samples per cell, {args.threads} threads, "
           f"max {length} new tokens, model {'random init' if args.model is None else args.model}")
@@ -110,11 +79,8 @@ def main(argv=None) -> int:
         print("prefix_tree / shared_prompt: " + ", ".join(
             f"N={n}: {by[(n, 'prefix_tree')] / by[(n, 'shared_prompt')]:.2f}x" for n in args.ns))
     lo, hi = min(args.ns), max(args.ns)
-    if lo != hi:
-        for engine in args.engines:
-            ratio = by[(hi, engine)] / by[(lo, engine)]
-            print(f"{engine:>14}: N={hi} / N={lo} = {ratio:.2f}x "
-                  f"({'meets' if ratio >= 2.0 else 'misses'} the 2x target)")
+    for engine, ratio in ratios(measured).items():
+        print(f"{engine:>14}: N={hi} / N={lo} = {ratio:.2f}x ({'meets' if ratio >= 2.0 else 'misses'} the 2x target)")
     tmp.cleanup()
     return 0
 

@@ -26,7 +26,7 @@ REPO_ID = "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RULE_RUNS = ("theory_simulation", "theory_figure3", "theory_extended_sweep", "fetch_checkpoint",
              "paper_data_blend", "tiny_tasks", "sft", "difficulty", "prorl_stage", "train_arm", "train_summary",
-             "evaluate", *(f"paper_{name}" for name in ("table1", "table2", "table3", "table4", "table5", "ttest",
+             "evaluate", "throughput_study", *(f"paper_{name}" for name in ("table1", "table2", "table3", "table4", "table5", "ttest",
                                                         "figure1", "figure3", "figure4", "passk")))
 # sft + prorl; arms n4, n16, schedule x 1 seed; (prorl + 3 arms) x (tiny_add, tiny_multiple)
 RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3, "evaluate": 8}
@@ -302,6 +302,10 @@ def test_evaluation_and_paper_tables_trace_to_their_runs(project):
     assert "not in the ci profile" in (work / "results/tables/table5.md").read_text()
     for name in ("figure1", "figure3", "figure4", "passk"):
         assert (work / f"results/figures/{name}.png").stat().st_size > 10_000
+    frame = pd.read_csv(work / "results/tables/throughput.csv")
+    assert sorted(zip(frame.n_rollouts, frame.engine)) == sorted((n, e) for n in (4, 16) for e in ("prefix_tree", "hf"))
+    assert (frame.samples == 64).all() and (frame.samples_per_s > 0).all()
+    assert "1.98x" in (work / "results/tables/throughput.md").read_text()
     sh(["snakemake", "--report", "report-tables.html", "--configfile", CI_CONFIG], work)
     assert "Paper tables" in (work / "report-tables.html").read_text(errors="replace")
 

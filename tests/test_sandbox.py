@@ -59,9 +59,31 @@ def _stat_fields(pid: str) -> list[str] | None:
     return data[data.rindex(")") + 2:].split()  # state ppid pgrp session ...
 
 
+_CHILDREN_BEFORE: set[int] = set()
+
+
+def _my_children() -> set[int]:
+    out = set()
+    for pid in os.listdir("/proc"):
+        fields = _stat_fields(pid) if pid.isdigit() else None
+        if fields is not None and int(fields[1]) == os.getpid():
+            out.add(int(pid))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _children_before_the_test():
+    """Children this process had before the test (e.g. another test module's reward-pool workers) are not
+    the sandbox's."""
+    _CHILDREN_BEFORE.clear()
+    _CHILDREN_BEFORE.update(_my_children())
+    yield
+
+
 def leftovers(result: S.SandboxResult, token: str | None = None) -> list[int]:
     """Processes that belong to a finished sandbox run: in its process group or session, with its
-    directory as cwd or on the command line, or carrying ``token``; plus any child of this process."""
+    directory as cwd or on the command line, or carrying ``token``; plus any child of this process that
+    was not there before the test."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == os.getpid():
@@ -79,7 +101,7 @@ def leftovers(result: S.SandboxResult, token: str | None = None) -> list[int]:
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             cwd = ""
-        mine = ppid == os.getpid() or result.harness_pid in (pgrp, sid)
+        mine = (ppid == os.getpid() and int(pid) not in _CHILDREN_BEFORE) or result.harness_pid in (pgrp, sid)
         if result.sandbox_dir and (result.sandbox_dir.encode() in cmd or cwd.startswith(result.sandbox_dir)):
             mine = True
         if token and token.encode() in cmd:

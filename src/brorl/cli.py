@@ -312,6 +312,28 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_throughput(args) -> int:
+    """The throughput study: samples/s and tokens/s per N and engine, for the same total samples."""
+    import mlflow
+
+    from brorl.training.throughput import measure_throughput, write_outputs
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        rows = measure_throughput(args.model, ns=cfg.get("ns", [16, 64, 128, 256, 512]), total=cfg.get("total", 8192),
+                                  engines=cfg.get("engines", ["prefix_tree", "shared_prompt", "hf"]),
+                                  repeats=cfg.get("repeats", 1), threads=cfg.get("threads", 2))
+        ratios = write_outputs(rows, args.csv, args.png, args.md, title=f", {args.profile} profile")
+        for r in rows:
+            mlflow.log_metric(f"samples_per_s/{r['engine']}", r["samples_per_s"], step=int(r["n_rollouts"]))
+            mlflow.log_metric(f"tokens_per_s/{r['engine']}", r["tokens_per_s"], step=int(r["n_rollouts"]))
+        mlflow.log_metrics({f"ratio_largest_over_smallest_n/{e}": v for e, v in ratios.items()})
+        for path in (args.csv, args.png, args.md):
+            mlflow.log_artifact(path)
+    print("[throughput] largest N / smallest N: " + ", ".join(f"{e} {v:.2f}x" for e, v in ratios.items()))
+    return 0
+
+
 def cmd_prepare_benchmark(args) -> int:
     """A paper benchmark as JSONL: fetched at a pinned revision (verified on rerun) or generated (Reasoning Gym)."""
     import mlflow
@@ -509,6 +531,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="results/eval/<model>/<benchmark>.json")
     p.add_argument("--cache", default=None, help="result cache folder (keyed by model and task hashes)")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("throughput", help="rollout samples/s per N and engine (BroRL Table 2 and beyond)")
+    _rule_args(p)
+    p.add_argument("--model", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--md", required=True)
+    p.add_argument("--png", required=True)
+    p.set_defaults(func=cmd_throughput)
 
     p = sub.add_parser("prepare-benchmark", help="a paper benchmark as JSONL (pinned fetch or generation)")
     _rule_args(p)

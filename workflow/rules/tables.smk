@@ -96,3 +96,31 @@ if TABLES_ON:
         shell:
             "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
             " --tracking {params.tracking:q} --name figure3 --source {input} --png {output} 2>&1 | tee {log}"
+
+THROUGHPUT = "throughput" in config and (TRAIN or "prorl" in FETCH)
+THROUGHPUT_OUTPUTS = ["results/tables/throughput.csv", "results/tables/throughput.md",
+                      "results/figures/throughput.png"] if THROUGHPUT else []
+if THROUGHPUT:
+
+    rule throughput_study:
+        # The starting checkpoint: trained here (tiny) or fetched (paper; its manifest stands for the folder).
+        input:
+            "resources/models/prorl" if TRAIN else "resources/models/prorl.manifest.json",
+        output:
+            csv="results/tables/throughput.csv",
+            md="results/tables/throughput.md",
+            png=report("results/figures/throughput.png", category="Paper tables", caption="../report/throughput.rst"),
+        params:
+            rule_name="throughput_study",
+            cfg=as_json(config.get("throughput", {})),
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/tables/throughput.log",
+        threads: workflow.cores
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} brorl throughput --rule {params.rule_name} --profile {params.profile}"
+            " --config {params.cfg:q} --tracking {params.tracking:q} --model resources/models/prorl"
+            " --csv {output.csv} --md {output.md} --png {output.png} 2>&1 | tee {log}"

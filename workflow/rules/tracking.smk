@@ -10,8 +10,9 @@ DVC_TRACKED = {
     **({"results/train": ARM_RESULTS_FILES + TRAIN_SUMMARY, "resources/checkpoints": ARM_CHECKPOINTS}
        if TRAIN else {}),
     **({"results/eval": EVAL_OUTPUTS} if EVAL_OUTPUTS else {}),
-    **({"results/tables": [p for p in TABLE_OUTPUTS if p.startswith("results/tables/")],
-        "results/figures": [p for p in TABLE_OUTPUTS if p.startswith("results/figures/")]} if TABLE_OUTPUTS else {}),
+    **({"results/tables": [p for p in TABLE_OUTPUTS + THROUGHPUT_OUTPUTS if p.startswith("results/tables/")],
+        "results/figures": [p for p in TABLE_OUTPUTS + THROUGHPUT_OUTPUTS if p.startswith("results/figures/")]}
+       if TABLE_OUTPUTS or THROUGHPUT_OUTPUTS else {}),
 }
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
 
