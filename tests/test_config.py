@@ -134,7 +134,7 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    assert counts["benchmark_data"] == 9 and counts["evaluate"] == 2 * 9 and counts["fetch_checkpoint"] == 2
+    assert counts["benchmark_data"] == 13 and counts["evaluate"] == 2 * 13 and counts["fetch_checkpoint"] == 2
     assert all(counts[f"paper_{name}"] == 1 for name in ("table1", "table3", "table5", "ttest", "figure1"))
     assert "results/eval/brorl-released/reasoning_gym.json" in proc.stdout
     assert '"backend": "vllm"' in proc.stdout
@@ -151,7 +151,7 @@ def test_cluster_profiles_plan_the_paper_dag_with_resources_from_the_profile(pro
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     blocks = proc.stdout.split("\nrule ")
     evaluate = [b for b in blocks if b.startswith("evaluate:")]
-    assert len(evaluate) == 18 and all("gpu=1" in b for b in evaluate)
+    assert len(evaluate) == 26 and all("gpu=1" in b for b in evaluate)
     if profile.endswith("slurm"):
         assert all("slurm_partition=gpu" in b for b in evaluate)
         assert "slurm_partition=cpu" in next(b for b in blocks if b.startswith("benchmark_data:"))

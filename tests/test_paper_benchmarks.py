@@ -502,3 +502,137 @@ def test_the_runner_accepts_what_the_tasks_report(prepared):
     res = _fake_lm_eval_result(gpqa, docs, lambda d: [f"\\boxed{{{d['answer']}}}", "\\boxed{E}"])
     out = runner.collect_results(res, gpqa, 2)
     assert out["metrics"]["mean_at_k"] == 0.5 and list(out["categories"]) == ["gpqa_diamond"]
+
+
+# ------------------------------------------------------------------------------------------ code benchmarks
+
+SUM_TESTS = {"inputs": ["1 2\n", "2 2\n", "5 7\n"], "outputs": ["3\n", "4\n", "12\n"]}
+ADD_TESTS = {"fn_name": "add", "inputs": [[1, 2], [3, 4]], "outputs": [3, 7]}
+
+
+def _prime_row(source: str, problem: str, ground_truth: str, ability: str = "code") -> dict:
+    return {"data_source": source, "ability": ability,
+            "prompt": [{"role": "system", "content": "PRIME's action prompt"}, {"role": "user", "content": problem}],
+            "reward_model": {"style": "rule", "ground_truth": ground_truth},
+            "extra_info": {"split": "dummy", "index": 0}}
+
+
+def code_hub(root: Path) -> Path:
+    """A PRIME-like validation.parquet (2 APPS problems, 1 TACO, 1 maths row) and a codeparrot-APPS-like copy."""
+    rows = [_prime_row("apps", "Read two integers and print their sum.", json.dumps(SUM_TESTS)),
+            _prime_row("apps", "Return the sum of a and b.\nclass Solution:\n    def add(self, a, b):",
+                       json.dumps(ADD_TESTS)),
+            _prime_row("taco", "Print the sum of two integers.", json.dumps(SUM_TESTS)),
+            _prime_row("numina_olympiads", "What is 1 + 1?", "2", ability="math")]
+    write_local_snapshot(root, "PRIME-RL/Eurus-2-RL-Data", "main", COMMIT,
+                         {"validation.parquet": _parquet(rows), "train.parquet": b"not fetched",
+                          "README.md": b"stand-in\n"}, repo_type="dataset")
+    apps_like = [{"problem_id": 4000, "question": "Read two integers and print their sum.",
+                  "input_output": json.dumps(SUM_TESTS)},
+                 {"problem_id": 4001, "question": "Return a + b.", "input_output": json.dumps(ADD_TESTS)}]
+    write_local_snapshot(root, "codeparrot/apps", "main", COMMIT, {"test.jsonl": _jsonl(apps_like)},
+                         repo_type="dataset")
+    return root
+
+
+@pytest.fixture(scope="module")
+def code_prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("code")
+    hub = code_hub(root / "hub")
+    data = root / "data"
+    results = paper_benchmarks.prepare_benchmarks(data, hub, names=["apps", "taco"])
+    return {"hub": hub, "data": data, "results": results}
+
+
+def test_code_table_and_registry():
+    from brorl.tables import plan
+
+    assert tuple(paper_data.CODE_BENCHMARKS) == plan.CODE == paper_benchmarks.CODE_BENCHMARK_NAMES
+    assert not set(plan.CODE) & set(paper_benchmarks.BENCHMARK_NAMES)  # not in the default list
+    for name, spec in paper_data.CODE_BENCHMARKS.items():
+        assert paper_data.benchmark_spec(name) is spec
+        assert (spec.kind, spec.repo_id, spec.revision, spec.revision_pinned) == (
+            "code", "PRIME-RL/Eurus-2-RL-Data", "main", False)
+        assert spec.files == ("validation.parquet",) and spec.where == {"data_source": (name,)}
+        bench = benchmarks.get_benchmark(name)
+        assert bench.lm_eval_task == f"brorl_paper_{name}" and bench.score is paper_utils.score_code_solved
+        assert (bench.default_k, bench.default_temperature) == (16, 0.6) and bench.category_field is None
+    assert "where" not in paper_data.PAPER_BENCHMARKS["aime24"].to_dict()  # old cache requests unchanged
+
+
+def test_prepare_code_from_standin_hub(code_prepared, tmp_path):
+    from brorl import sandbox
+
+    res = code_prepared["results"]
+    assert res["apps"]["n_records"] == 2 and res["taco"]["n_records"] == 1
+    assert res["apps"]["report"]["n_rows"] == 4 and res["apps"]["report"]["n_selected"] == 2
+    apps = records(code_prepared["data"], "apps")
+    assert [r["id"] for r in apps] == ["validation-0", "validation-1"]
+    stdio, call = apps
+    assert set(stdio) >= {"id", "benchmark", "prompt", "problem", "tests", "answer", "source"}
+    assert stdio["benchmark"] == "apps" and stdio["problem"] == "Read two integers and print their sum."
+    assert stdio["prompt"] == stdio["problem"] + "\n\n" + paper_data.CODE_INSTRUCTION
+    assert json.loads(stdio["tests"]) == SUM_TESTS and stdio["n_tests"] == 3 and stdio["fn_name"] == ""
+    assert sandbox.parse_tests(stdio["tests"]).mode == "stdio"
+    assert json.loads(call["tests"]) == ADD_TESTS and call["fn_name"] == "add"
+    assert call["prompt"].endswith(paper_data.CODE_CALL_INSTRUCTION.format(fn_name="add"))
+    assert call["source"] == f"PRIME-RL/Eurus-2-RL-Data@{COMMIT}:validation.parquet#1"
+    again = paper_data.prepare_benchmark("apps", code_prepared["hub"],
+                                         paper_benchmarks.data_file(code_prepared["data"], "apps"))
+    assert again["status"] == "verified"
+    with pytest.raises(paper_data.BenchmarkDataError, match="no row matches"):  # says what data_source holds
+        paper_data.prepare_benchmark("codecontests", code_prepared["hub"], tmp_path / "cc" / "test.jsonl")
+    # An APPS-style copy (input_output JSON, problem_id) through a replaced table entry.
+    from dataclasses import replace
+
+    spec = replace(paper_data.CODE_BENCHMARKS["apps"], repo_id="codeparrot/apps", files=("test.jsonl",), where={})
+    out = paper_data.prepare_benchmark("apps", code_prepared["hub"], tmp_path / "apps" / "test.jsonl", spec=spec)
+    got = paper_utils.read_records(out["dest"])
+    assert [r["id"] for r in got] == ["4000", "4001"] and [json.loads(r["tests"]) for r in got] == [SUM_TESTS, ADD_TESTS]
+
+
+def test_code_task_renders_and_loads_with_lm_eval(code_prepared, tmp_path):
+    from lm_eval.tasks import TaskManager
+
+    out = paper_benchmarks.render_tasks(code_prepared["data"], tmp_path / "tasks", names=["apps", "taco"])
+    tm = TaskManager(include_path=str(out), include_defaults=False)
+    loaded = tm.load(["brorl_paper_apps", "brorl_paper_taco"])["tasks"]
+    task = loaded["brorl_paper_apps"]
+    assert [d["id"] for d in task.eval_docs] == ["validation-0", "validation-1"]
+    assert json.loads(task.eval_docs[1]["tests"]) == ADD_TESTS
+    assert {x["metric"] for x in task.config.metric_list} == {
+        "mean_at_k", "pass_at_1", "pass_at_2", "pass_at_4", "pass_at_8", "pass_at_16", "mean_test_fraction"}
+    tok = FakeTokenizer()
+    task.build_all_requests(apply_chat_template=True, chat_template=lambda m, add_generation_prompt=True:
+                            tok.apply_chat_template(m, tokenize=False, add_generation_prompt=add_generation_prompt))
+    assert [i.args[0] for i in task.instances] == [task_core.format_prompt(tok, r)
+                                                   for r in records(code_prepared["data"], "apps")]
+
+
+def _fenced(code: str) -> str:
+    return f"<think>\nplan\n</think>\nHere:\n```python\n{code}\n```\n"
+
+
+def test_code_process_results_scores_programs(code_prepared):
+    from brorl.evaluation import runner
+
+    stdio, call = records(code_prepared["data"], "apps")
+    correct = _fenced("a, b = map(int, input().split())\nprint(a + b)")
+    partial = _fenced("a, b = map(int, input().split())\nprint(a + b if a != 5 else 0)")
+    loop = _fenced("while True:\n    pass")
+    comps = [correct, partial, loop, "no code at all", _fenced("def broken(:"), None, 12345]
+    fractions = paper_utils.score_code(stdio, comps)
+    assert fractions[0] == 1.0 and abs(fractions[1] - 2 / 3) < 1e-9 and fractions[2:] == [0.0] * 5
+    assert paper_utils.score_code_solved(stdio, comps) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    m = paper_utils.process_code(stdio, [comps[:4]])
+    assert m["mean_at_k"] == 0.25 and m["pass_at_1"] == 0.25 and m["pass_at_4"] == 1.0
+    assert abs(m["mean_test_fraction"] - (1 + 2 / 3) / 4) < 1e-9
+    call_ok = _fenced("class Solution:\n    def add(self, a, b):\n        return a + b")
+    assert paper_utils.score_code(call, [call_ok, correct]) == [1.0, 0.0]
+    assert paper_utils.process_code({"id": "x"}, [[correct]])["mean_at_k"] == 0.0  # no tests: 0, no error
+    assert paper_utils.process_code(stdio, [[]])["mean_at_k"] == 0.0
+    # The runner re-scores with Benchmark.score (binarised at 0.5) and agrees with what the task reports.
+    bench = benchmarks.get_benchmark("apps")
+    res = _fake_lm_eval_result(bench, [stdio, call], lambda d: [correct if d is stdio else call_ok, partial])
+    out = runner.collect_results(res, bench, 2)
+    assert out["metrics"]["mean_at_k"] == 0.5 and [s["correct"] for s in out["samples"]] == [[1, 0], [1, 0]]

@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("prepare-benchmark", help="a paper benchmark as JSONL (pinned fetch or generation)")
     _rule_args(p)
-    p.add_argument("--name", required=True, help="aime24, ..., gpqa_diamond, ifeval, reasoning_gym")
+    p.add_argument("--name", required=True, help="aime24, ..., gpqa_diamond, ifeval, reasoning_gym, apps, ..., taco")
     p.add_argument("--dest", required=True, help="results/data/benchmarks/<name>/test.jsonl")
     p.set_defaults(func=cmd_prepare_benchmark)
 

@@ -15,6 +15,9 @@ ifeval                    IFEval        lm-eval's own IFEval checks, prompt-leve
                                         ``ifeval`` extra and NLTK ``punkt_tab``: not installed here)
 reasoning_gym             Reasoning     :func:`brorl.rewards.reasoning_gym_reward` (each task's verifier);
                           Gym           ``category_field="category"`` (the paper's 11 categories)
+apps, codecontests,       code          :func:`brorl.sandbox.code_rewards` (fraction of tests passed); solved
+codeforces, taco                        = every test passed (registered, not in :data:`BENCHMARK_NAMES`:
+                                        ask for them by name, :data:`CODE_BENCHMARK_NAMES`)
 ========================  ============  ===================================================================
 
 Decoding (BroRL App. D / ProRL v1 §4, :data:`PAPER_DECODING`): k = 16 samples per problem (``repeats: 16`` and
@@ -29,8 +32,8 @@ end token (its ``generation_config`` for both engines, plus lm-eval's ``until`` 
 ``SamplingParams`` rejects ``eos_token_id``).
 
 Metrics per task: ``mean_at_k`` (the paper's pass@1 averaged over 16 samples) and unbiased ``pass_at_<j>``,
-j = 1, 2, 4, 8, 16, on 0/1 scores; Reasoning Gym adds ``mean_reward`` (the continuous reward average), IFEval
-``prompt_level_loose_acc``, ``inst_level_strict_acc``, ``inst_level_loose_acc``.
+j = 1, 2, 4, 8, 16, on 0/1 scores; Reasoning Gym adds ``mean_reward`` (the continuous reward average), code
+``mean_test_fraction`` (its 0/1 score is "all tests passed"), IFEval ``prompt_level_loose_acc``, ``inst_level_strict_acc``, ``inst_level_loose_acc``.
 
 Stock CLI (vLLM, as in the paper), with the shipped folder and the data folder in ``--metadata``::
 
@@ -51,7 +54,7 @@ from typing import Mapping, Sequence
 
 import yaml
 
-from brorl import rewards
+from brorl import rewards, sandbox
 from brorl.evaluation import paper_data
 from brorl.evaluation.benchmarks import Benchmark, register_benchmark
 from brorl.evaluation.lm_eval_tasks_paper import TASKS_DIR, paper_utils
@@ -63,6 +66,10 @@ UTILS_FILE = "paper_utils.py"
 TASK_VERSION = 1.0
 MATH_BENCHMARKS = ("aime24", "aime25", "amc", "math500", "minerva", "olympiadbench")
 BENCHMARK_NAMES = (*MATH_BENCHMARKS, "gpqa_diamond", "ifeval", "reasoning_gym")
+"""The default list (``config/paper.yaml``, the shipped task folder)."""
+CODE_BENCHMARK_NAMES = tuple(paper_data.CODE_BENCHMARKS)
+"""BroRL Table 4 (apps, codecontests, codeforces, taco): registered and renderable, not in the default list."""
+ALL_BENCHMARK_NAMES = (*BENCHMARK_NAMES, *CODE_BENCHMARK_NAMES)
 PAPER_DECODING = {"k": 16, "temperature": 0.6, "top_p": 0.95, "top_k": 0, "max_gen_toks": 32768}
 """BroRL App. D: pass@1 averaged over 16 samples, top_p 0.95, temperature 0.6, 32k context; ProRL v1 §4: vLLM,
 maximum response length 32k. ``top_k: 0`` = no top-k truncation (our explicit setting; the papers use none)."""
@@ -70,6 +77,7 @@ BACKENDS = (None, "hf", "vllm")
 
 EXTRA_METRICS = {
     "reasoning_gym": [("mean_reward", "mean")],
+    "code": [("mean_test_fraction", "mean")],
     "ifeval": [("prompt_level_loose_acc", "mean"), ("inst_level_strict_acc", "inst"),
                ("inst_level_loose_acc", "inst")],
 }
@@ -218,6 +226,7 @@ _DESCRIPTIONS = {
     "gpqa": "paper profile, GPQA-Diamond: option letter in \\boxed{}",
     "ifeval": "paper profile, IFEval: lm-eval's checks, prompt-level strict",
     "reasoning_gym": "paper profile, Reasoning Gym: each task's verifier, 11 categories",
+    "code": "paper profile, code: sandboxed tests, solved = all tests passed",
 }
 
 
@@ -235,7 +244,7 @@ def _benchmark(name: str) -> Benchmark:
     return Benchmark(
         name=name, lm_eval_task=task_name(name), render=render, data_files=data_files,
         score=paper_utils.SCORERS[spec.kind], doc_metrics=paper_utils.doc_metrics,
-        code=(rewards, paper_data.gold_text), prompt_of=task_core.format_prompt,
+        code=(rewards, paper_data.gold_text, *((sandbox,) if spec.kind == "code" else ())), prompt_of=task_core.format_prompt,
         category_field="category" if spec.kind == "reasoning_gym" else None,
         default_k=PAPER_DECODING["k"], default_temperature=PAPER_DECODING["temperature"], apply_chat_template=True,
         description=_DESCRIPTIONS[spec.kind],
@@ -244,7 +253,7 @@ def _benchmark(name: str) -> Benchmark:
                "note": spec.note, "decoding": dict(PAPER_DECODING), "engine_paper": "vllm"})
 
 
-for _name in BENCHMARK_NAMES:
+for _name in ALL_BENCHMARK_NAMES:
     register_benchmark(_benchmark(_name), replace=True)
 
 

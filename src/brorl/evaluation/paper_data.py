@@ -18,7 +18,12 @@ the snapshot hold them and which columns are the problem text, the gold answer a
 - reasoning_gym: ``category`` (one of the paper's 11), ``task`` (the reasoning-gym dataset), ``entry`` (the
   reasoning-gym item as a JSON string, what its verifier scores) and ``answer`` (its gold answer, "" for the
   tasks whose verifier checks validity instead: boxnet, graph_color, propositional_logic, rubiks_cube,
-  rush_hour in 0.1.25).
+  rush_hour in 0.1.25);
+- code (apps, codecontests, codeforces, taco; in :data:`CODE_BENCHMARKS`): ``tests`` (the sandbox's test cases,
+  ``{"inputs": [...], "outputs": [...]}`` plus ``"fn_name"`` for call-based problems, stored as a JSON
+  *string*: Arrow cannot hold stdio and call-based cases in one column; :func:`brorl.sandbox.parse_tests` and
+  :func:`brorl.sandbox.code_reward` take the string as is), ``n_tests``, ``fn_name`` ("" for stdin/stdout
+  problems), ``data_source`` and an empty ``answer``.
 
 Revisions: every ``revision`` below is the placeholder ``"main"`` (``revision_pinned=False``): the papers name
 no commits. The first :func:`prepare_benchmark` resolves it and the fetch manifest (and the JSONL's meta file)
@@ -35,6 +40,11 @@ Prompts (the user message; the chat template is applied by lm-eval, ``--apply_ch
   letter in ``\\boxed{}`` (our choice; the extraction rule is
   :func:`brorl.evaluation.lm_eval_tasks_paper.paper_utils.extract_choice_letter`);
 - ifeval: the IFEval prompt unchanged (the instructions are the task);
+- code: the problem statement, then :data:`CODE_INSTRUCTION` (a complete program in a ```python block, reading
+  stdin and writing stdout) or, for call-based problems, :data:`CODE_CALL_INSTRUCTION` (define the named
+  function). **Our choice**: the papers say only "answers in triple backticks" (ProRL's grader). A PRIME row's
+  problem is its last user message, which already ends with PRIME's own "Present the code in ```python```"
+  line; it is kept, so such prompts say it twice;
 - reasoning_gym: the question, then reasoning-gym's own ``SYSTEM_PROMPTS["default"]`` text asking for the
   answer in ``<answer></answer>`` tags, put in the user turn (DeepSeek-R1's recommendation: no system prompt).
   ProRL says only that answers go in ``<answer>`` tags; the wording is our choice.
@@ -104,6 +114,15 @@ RG_INSTRUCTION = (
     "example.")
 """reasoning-gym 0.1.25's ``SYSTEM_PROMPTS["default"]`` (one trailing newline dropped), used as part of the user
 message [our choice of wording; ProRL: answers in <answer></answer> tags]."""
+CODE_INSTRUCTION = ("Write a complete Python 3 program that solves the problem. It must read the input from "
+                    "standard input and write the answer to standard output. Give the program in a single "
+                    "```python code block at the end of your response.")
+"""[our choice] the code directive (ProRL: "answers in triple backticks"); the sandbox runs the last ```python
+block after ``</think>`` (:func:`brorl.sandbox.extract_code`)."""
+CODE_CALL_INSTRUCTION = ("Write Python 3 code that defines the function `{fn_name}` (it is called with each test's "
+                         "arguments and its return value is checked). Give the code in a single ```python code "
+                         "block at the end of your response.")
+"""[our choice] the directive of call-based (``fn_name``) APPS / TACO problems."""
 
 RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
                  "graphs", "induction", "logic")
@@ -116,7 +135,7 @@ GPQA_SHUFFLE_SEED = 0
 """The options of GPQA record ``r`` are shuffled with ``random.Random(f"brorl-gpqa:{seed}:{r.id}")``."""
 
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv")
-KINDS = ("math", "gpqa", "ifeval", "reasoning_gym")
+KINDS = ("math", "gpqa", "ifeval", "reasoning_gym", "code")
 
 
 class BenchmarkDataError(FetchError):
@@ -144,11 +163,19 @@ class BenchmarkSpec:
     expected_size: int | None = None
     paper: str = ""
     note: str = ""
+    where: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Row filter: keep a row only when, for every ``column: values`` here, the column's value, lower-cased with
+    everything but letters and digits removed, is one of ``values`` (``"code_contests"`` -> ``"codecontests"``).
+    Used by the code benchmarks, which share one file."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["files"] = list(self.files)
         d["fields"] = {k: list(v) for k, v in self.fields.items()}
+        if self.where:
+            d["where"] = {k: list(v) for k, v in self.where.items()}
+        else:  # absent when unused: the cached requests of the other benchmarks stay as they were
+            d.pop("where", None)
         return d
 
     @property
@@ -218,15 +245,50 @@ PAPER_BENCHMARKS: dict[str, BenchmarkSpec] = {
 }
 
 
+_PRIME_CODE = {"problem": ("prompt", "question", "problem", "description"),
+               "tests": ("reward_model", "input_output", "tests", "test_cases"),
+               "id": ("problem_id", "id", "task_id"), "data_source": ("data_source",)}
+_PRIME_NOTE = ("PRIME-RL/Eurus-2-RL-Data validation.parquet holds 1,024 math and 1,024 code problems (its card); "
+               "the code rows are split by their data_source column. ProRL v1: 'Code uses the PRIME validation set "
+               "(APPS, CodeContests, Codeforces [MatrixStudio/Codeforces-Python-Submissions], TACO)'. That this "
+               "file is that set is inferred (as in brorl/paper_data_blend.yaml's prime_code_validation); the "
+               "data_source spellings are inferred too (the report lists the values the snapshot holds). Rows: "
+               "problem = the last user message of 'prompt' (PRIME's system prompt dropped), tests = "
+               "reward_model.ground_truth; ids are 'validation-<row>' (no id column).")
+
+
+def _code_spec(name: str, sources: tuple[str, ...], extra_note: str = "") -> BenchmarkSpec:
+    return BenchmarkSpec(
+        name, "code", "PRIME-RL/Eurus-2-RL-Data", files=("validation.parquet",), fields=dict(_PRIME_CODE),
+        where={"data_source": sources},
+        paper=f"BroRL Table 4 {name} (ProRL v1: the PRIME validation set; binary rewards for code)",
+        note=_PRIME_NOTE + extra_note)
+
+
+CODE_BENCHMARKS: dict[str, BenchmarkSpec] = {
+    "apps": _code_spec("apps", ("apps",)),
+    "codecontests": _code_spec("codecontests", ("codecontests",)),
+    "codeforces": _code_spec(
+        "codeforces", ("codeforces",),
+        " The project's data blend lists MatrixStudio/Codeforces-Python-Submissions for codeforces: the upstream "
+        "of PRIME's codeforces rows, not a test set in the sandbox's format."),
+    "taco": _code_spec("taco", ("taco",)),
+}
+"""BroRL Table 4's code benchmarks (kind ``code``, scored by :func:`brorl.sandbox.code_reward`). Kept apart from
+:data:`PAPER_BENCHMARKS` (what ``config/paper.yaml`` evaluates by default); :func:`benchmark_spec` knows both."""
+
+
 def benchmark_spec(name: str) -> BenchmarkSpec:
     try:
-        return PAPER_BENCHMARKS[name]
+        return PAPER_BENCHMARKS[name] if name in PAPER_BENCHMARKS else CODE_BENCHMARKS[name]
     except KeyError:
-        raise ValueError(f"unknown paper benchmark {name!r}; known: {sorted(PAPER_BENCHMARKS)}") from None
+        raise ValueError(f"unknown paper benchmark {name!r}; known: "
+                         f"{sorted([*PAPER_BENCHMARKS, *CODE_BENCHMARKS])}") from None
 
 
 def instruction_of(kind: str) -> str:
-    return {"math": MATH_INSTRUCTION, "gpqa": GPQA_INSTRUCTION, "ifeval": "", "reasoning_gym": RG_INSTRUCTION}[kind]
+    return {"math": MATH_INSTRUCTION, "gpqa": GPQA_INSTRUCTION, "ifeval": "", "reasoning_gym": RG_INSTRUCTION,
+            "code": CODE_INSTRUCTION}[kind]
 
 
 def default_meta_path(dest: str | os.PathLike[str]) -> Path:
@@ -316,10 +378,27 @@ def _source(repo_id: str, commit: str, rel: str, row: int) -> str:
     return f"{repo_id}@{commit}:{rel}#{row}"
 
 
+def _norm_key(value) -> str:
+    return "".join(ch for ch in str(value).lower() if ch.isalnum())
+
+
+def _selected(spec: BenchmarkSpec, row: Mapping) -> bool:
+    return all(_norm_key(row.get(col, "")) in {_norm_key(v) for v in values} for col, values in spec.where.items())
+
+
 def convert_rows(spec: BenchmarkSpec, rows: Sequence[tuple[str, int, Mapping]], commit: str) -> list[dict]:
-    """Records of a hub-backed benchmark from ``(file, row index, row)`` triples."""
-    convert = {"math": _math_record, "gpqa": _gpqa_record, "ifeval": _ifeval_record}[spec.kind]
-    records = [convert(spec, rel, i, row, _source(spec.repo_id, commit, rel, i)) for rel, i, row in rows]
+    """Records of a hub-backed benchmark from ``(file, row index, row)`` triples (those ``spec.where`` keeps;
+    code rows without usable test cases are dropped with a warning)."""
+    convert = {"math": _math_record, "gpqa": _gpqa_record, "ifeval": _ifeval_record, "code": _code_record}[spec.kind]
+    kept = [(rel, i, row) for rel, i, row in rows if _selected(spec, row)]
+    if spec.where and rows and not kept:
+        seen = {col: sorted({str(r.get(col)) for _, _, r in rows})[:50] for col in spec.where}
+        raise BenchmarkDataError(f"{spec.name}: no row matches {dict(spec.where)}; the snapshot holds {seen}. "
+                                 "Fix 'where' in the table")
+    records = [convert(spec, rel, i, row, _source(spec.repo_id, commit, rel, i)) for rel, i, row in kept]
+    if spec.kind == "code" and None in records:
+        log.warning("%s: %d rows without usable test cases dropped", spec.name, records.count(None))
+        records = [r for r in records if r is not None]
     seen: dict[str, str] = {}
     for r in records:
         if r["id"] in seen:
@@ -388,6 +467,65 @@ def _ifeval_record(spec, rel, i, row, source) -> dict:
     kwargs = [{k: v for k, v in (kw or {}).items() if v is not None} for kw in kwargs]  # Arrow-unified nulls
     return {"id": str(key), "benchmark": spec.name, "prompt": prompt, "problem": prompt, "answer": "",
             "key": int(key), "instruction_id_list": [str(x) for x in ids], "kwargs": json.dumps(kwargs),
+            "source": source}
+
+
+def problem_text(value) -> str:
+    """A problem statement: a string as is, or a chat (a list of ``{"role", "content"}``, PRIME's ``prompt``
+    column) as the content of its last user message."""
+    if isinstance(value, (list, tuple)):
+        users = [m.get("content") for m in value if isinstance(m, Mapping) and m.get("role", "user") == "user"]
+        return _text(users[-1]) if users else ""
+    return _text(value)
+
+
+def code_tests(value) -> dict | None:
+    """The sandbox's test-case dict (``inputs``, ``outputs``, optional ``fn_name``) of a row's tests column: a
+    dict or its JSON string, APPS / TACO ``input_output``, PRIME ``reward_model`` (``ground_truth``), or a list of
+    ``{"input", "output"}``; ``None`` when :func:`brorl.sandbox.parse_tests` cannot use it."""
+    from brorl import sandbox
+
+    for _ in range(4):  # unwrap {"ground_truth": "<json>"} and JSON strings
+        if isinstance(value, (bytes, bytearray)):
+            value = bytes(value).decode("utf-8", errors="replace")
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        elif isinstance(value, Mapping) and "inputs" not in value and value.get("ground_truth") is not None:
+            value = value["ground_truth"]
+        else:
+            break
+    spec = sandbox.parse_tests(value)
+    if spec is None:
+        return None
+    # The normalised cases (stdio: strings; call: argument lists), which parse_tests reads back unchanged.
+    out = {"inputs": list(spec.inputs), "outputs": list(spec.outputs)}
+    if spec.fn_name:
+        out["fn_name"] = spec.fn_name
+    return out
+
+
+def code_prompt(problem: str, fn_name: str | None = None) -> str:
+    instruction = CODE_CALL_INSTRUCTION.format(fn_name=fn_name) if fn_name else CODE_INSTRUCTION
+    return problem + PROMPT_SEPARATOR + instruction
+
+
+def _code_record(spec, rel, i, row, source) -> dict | None:
+    where = f"{spec.name} {rel}#{i}"
+    problem = problem_text(_pick(row, spec.fields["problem"], "problem", where))
+    if not problem:
+        raise BenchmarkDataError(f"{where}: empty problem")
+    tests = code_tests(_pick(row, spec.fields["tests"], "tests", where))
+    if tests is None:
+        log.warning("%s: no usable test cases; dropped", where)
+        return None
+    fn_name = tests.get("fn_name") or ""
+    data_source = _text(_pick(row, spec.fields.get("data_source", ()), "data_source", where, required=False))
+    return {"id": _record_id(spec, rel, i, row), "benchmark": spec.name, "prompt": code_prompt(problem, fn_name),
+            "problem": problem, "answer": "", "tests": json.dumps(tests, ensure_ascii=True),
+            "n_tests": len(tests["inputs"]), "fn_name": fn_name, "data_source": data_source or spec.name,
             "source": source}
 
 
@@ -538,6 +676,8 @@ def _request(spec: BenchmarkSpec, revision: str | None, rg: Mapping | None) -> d
     req = {"format": FORMAT, "converter_version": CONVERTER_VERSION, "benchmark": spec.name,
            "spec": spec.to_dict(), "revision": revision,
            "prompt": {"separator": PROMPT_SEPARATOR, "instruction": instruction_of(spec.kind)}}
+    if spec.kind == "code":
+        req["prompt"]["call_instruction"] = CODE_CALL_INSTRUCTION
     if spec.kind == "gpqa":
         req["gpqa_shuffle_seed"] = GPQA_SHUFFLE_SEED
     if rg is not None:
@@ -655,6 +795,8 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
         rows = [(rel, i, row) for rel in rels for i, row in enumerate(read_table(snap / rel))]
         records = convert_rows(spec, rows, fetched["commit"])
         report = {"files": rels, "n_rows": len(rows)}
+        if spec.where:
+            report["n_selected"] = sum(1 for _, _, row in rows if _selected(spec, row))
         if spec.expected_size is not None and len(records) != spec.expected_size:
             report["size_differs"] = f"{len(records)} problems, the public set has {spec.expected_size}"
             log.warning("%s: %s", name, report["size_differs"])
@@ -703,8 +845,9 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "PAPER_BENCHMARKS", "BenchmarkSpec", "BenchmarkDataError", "benchmark_spec", "prepare_benchmark",
+    "PAPER_BENCHMARKS", "CODE_BENCHMARKS", "BenchmarkSpec", "BenchmarkDataError", "benchmark_spec", "prepare_benchmark",
     "verify_benchmark", "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "read_table",
-    "gold_text", "shuffle_choices", "gpqa_prompt", "MATH_INSTRUCTION", "GPQA_INSTRUCTION", "RG_INSTRUCTION",
+    "gold_text", "shuffle_choices", "gpqa_prompt", "code_tests", "code_prompt", "problem_text",
+    "CODE_INSTRUCTION", "CODE_CALL_INSTRUCTION", "MATH_INSTRUCTION", "GPQA_INSTRUCTION", "RG_INSTRUCTION",
     "RG_CATEGORIES", "RG_SAMPLES_PER_TASK", "RG_SEED", "default_meta_path", "default_snapshot_dir",
 ]

@@ -21,11 +21,19 @@ dependency, which is a set-up error and says what to install)
     - IFEval (:func:`score_ifeval`): lm-eval's own IFEval checks (``lm_eval.tasks.ifeval.utils``), prompt-level
       strict accuracy per completion, on the text after the last ``</think>`` (ProRL: "IFEval-style checks on
       the text after </think>").
+    - code (:func:`score_code`): :func:`brorl.sandbox.code_rewards` on ``doc["tests"]`` (the fraction of test
+      cases passed, 0 on a syntax error, no program, or past the 5 s budget for all cases together; never
+      raises). A completion *solves* the problem when it passes every test (fraction 1.0):
+      :func:`score_code_solved`, the registry's scorer.
 
 ``process_*`` (``process_results``): the task keeps all k repeats (``take_first_k``), lm-eval passes
 ``[[c_1, ..., c_k]]``; the document's ``mean_at_k`` and unbiased ``pass_at_<j>`` are computed exactly as
 :func:`brorl.evaluation.metrics.sample_metrics` does, on the scores binarised at 0.5 (what
-:func:`brorl.evaluation.runner.collect_results` recomputes and checks). Reasoning Gym also reports
+:func:`brorl.evaluation.runner.collect_results` recomputes and checks). Code: ``mean_at_k`` and ``pass_at_<j>`` are on the *solved* 0/1 values (all tests
+passed; ProRL v1: "strictly binary rewards for ... code"), because the runner recomputes both from
+``Benchmark.score`` binarised at 0.5, which cannot give a continuous mean; ``mean_test_fraction`` reports the
+mean fraction of tests passed (the partial-credit reading of BroRL Table 4, paper.md §7 item 4). Reasoning Gym
+also reports
 ``mean_reward`` (the raw continuous reward, ProRL's reporting for logic puzzles); IFEval also reports
 ``prompt_level_loose_acc`` and the instruction-level accuracies (micro-averaged over all instructions of all
 samples, as lm-eval's IFEval task does).
@@ -390,6 +398,44 @@ def agg_inst_level_acc(items: Sequence[Sequence[bool]]) -> float:
     return float(sum(flat) / len(flat)) if flat else 0.0
 
 
-SCORERS = {"math": score_math, "gpqa": score_gpqa, "reasoning_gym": score_reasoning_gym, "ifeval": score_ifeval}
+# ------------------------------------------------------------------------------------------------------ code
+
+SOLVED_AT = 1.0 - 1e-9
+"""A completion solves a code problem when its fraction of tests passed is 1.0 (every test)."""
+
+
+def score_code(doc, completions) -> list[float]:
+    """[0, 1] per completion: the fraction of ``doc["tests"]`` passed in the sandbox
+    (:func:`brorl.sandbox.code_rewards`, which runs distinct programs in parallel and never raises for bad
+    completions or tests)."""
+    from brorl import sandbox
+
+    completions = list(completions)
+    tests = doc.get("tests") if isinstance(doc, dict) else None
+    if not completions or tests is None or tests == "":
+        return [0.0] * len(completions)
+    if not isinstance(tests, str):
+        tests = json.dumps(tests)  # one string for all k: identical programs run once
+    out = []
+    for x in sandbox.code_rewards(completions, [tests] * len(completions)):
+        x = float(x)
+        out.append(min(1.0, max(0.0, x)) if x == x else 0.0)
+    return out
+
+
+def score_code_solved(doc, completions) -> list[float]:
+    """0/1 per completion: every test passed (:func:`score_code` is 1.0)."""
+    return [1.0 if x >= SOLVED_AT else 0.0 for x in _safe(score_code, doc, list(completions))]
+
+
+def process_code(doc, results) -> dict[str, float]:
+    fractions = _safe(score_code, doc, completions_of(results))
+    out = doc_metrics([1 if x >= SOLVED_AT else 0 for x in fractions])
+    out["mean_test_fraction"] = float(np.mean(fractions)) if fractions else 0.0
+    return out
+
+
+SCORERS = {"math": score_math, "gpqa": score_gpqa, "reasoning_gym": score_reasoning_gym, "ifeval": score_ifeval,
+           "code": score_code_solved}
 PROCESSORS = {"math": "process_math", "gpqa": "process_gpqa", "reasoning_gym": "process_reasoning_gym",
-              "ifeval": "process_ifeval"}
+              "ifeval": "process_ifeval", "code": "process_code"}
