@@ -388,3 +388,14 @@ def test_arm_work_folder_follows_the_start_models_content(tiny):
     assert len(list(work.iterdir())) == 2
     run([dict(stages[0], eta0=2e-3)])
     assert len(list(work.iterdir())) == 3
+
+
+def test_throughput_study_refuses_an_engine_it_would_mislabel(tiny):
+    """'vllm' without TRL's vLLM set up would silently run the HF path: refused, not mislabelled."""
+    from brorl.training.throughput import measure_throughput, ratios
+
+    with pytest.raises(ValueError, match="vllm"):
+        measure_throughput(tiny / "sft", ns=(4, 8), total=16, engines=("vllm",), progress=False)
+    rows = measure_throughput(tiny / "sft", ns=(4, 8), total=16, engines=("prefix_tree",), threads=1, progress=False)
+    assert [(r["n_rollouts"], r["samples"]) for r in rows] == [(4, 16), (8, 16)]
+    assert ratios(rows)["prefix_tree"] == pytest.approx(rows[1]["samples_per_s"] / rows[0]["samples_per_s"])

@@ -4,8 +4,8 @@ total number of samples, per generation engine.
 Each measurement runs ``BroRLTrainer._generate`` (the exact call the trainer times for
 ``generation_samples_per_s``: tokenize, sample, decode) on ``total / N`` prompts x N samples, so every N
 generates the same number of samples. Engines: ``prefix_tree`` (the trainer's default), ``shared_prompt``,
-``hf`` (TRL's ``model.generate`` on N repeated rows) on the CPU; ``vllm`` is TRL's vLLM path on a GPU (prefix
-caching on / off is vLLM's ``enable_prefix_caching``; not measurable here). Used by the ``throughput_study``
+``hf`` (TRL's ``model.generate`` on N repeated rows) on the CPU. TRL's vLLM path (GPU; prefix caching on / off
+is vLLM's ``enable_prefix_caching``) is not set up here yet and is refused rather than measured as HF. Used by the ``throughput_study``
 rule and by ``benchmarks/bench_generation.py``.
 """
 
@@ -39,6 +39,9 @@ def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 12
     from brorl.training.stage import grpo_config
     from brorl.training.trainer import BroRLTrainer
 
+    if "vllm" in engines:
+        raise ValueError("engine 'vllm' needs TRL's vLLM generation (GPU, use_vllm), which the throughput study "
+                         "does not set up yet; measure prefix_tree / shared_prompt / hf")
     if total < max(ns):
         raise ValueError(f"total = {total} is smaller than the largest N = {max(ns)}: every N needs a prompt")
     torch.set_num_threads(threads)
