@@ -141,7 +141,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from brorl.rewards import completion_text
+from brorl.rewards import _column, completion_text
 
 __all__ = [
     "SandboxConfig",
@@ -1524,20 +1524,6 @@ def code_rewards(completions: Sequence[Any], tests: Sequence[Any], *, config: Sa
 _TESTS_KEYS = ("tests", "input_output", "test_cases", "ground_truth", "reward_model", "verification_info")
 
 
-def _tests_column(kwargs: dict, keys: Sequence[str], n: int) -> list:
-    for key in keys:
-        values = kwargs.get(key)
-        if values is not None:
-            values = list(values)
-            if len(values) != n:
-                raise ValueError(f"column {key!r} has {len(values)} values for {n} completions")
-            return values
-    raise ValueError(
-        f"trl_code_reward: no {' / '.join(repr(k) for k in keys)} column among the reward kwargs "
-        f"{sorted(k for k in kwargs if k not in ('trainer_state', 'log_extra', 'log_metric'))}"
-    )
-
-
 def trl_code_reward(prompts=None, completions=None, **kwargs) -> list[float]:
     """TRL ``GRPOTrainer`` reward function: the sandboxed code reward of each completion.
 
@@ -1548,7 +1534,7 @@ def trl_code_reward(prompts=None, completions=None, **kwargs) -> list[float]:
     completion; programs run in parallel (:func:`code_rewards`).  A module-level function, so it pickles.
     """
     completions = list(completions if completions is not None else [])
-    tests = _tests_column(kwargs, _TESTS_KEYS, len(completions))
+    tests = _column(kwargs, _TESTS_KEYS, len(completions), "trl_code_reward")
     return code_rewards(completions, tests)
 
 
@@ -1561,7 +1547,7 @@ def make_trl_code_reward(config: SandboxConfig | None = None, tests_key: str | N
     def trl_code_reward(prompts=None, completions=None, **kwargs) -> list[float]:
         """TRL reward function: fraction of test cases each completion's program passes."""
         completions = list(completions if completions is not None else [])
-        tests = _tests_column(kwargs, keys, len(completions))
+        tests = _column(kwargs, keys, len(completions), "trl_code_reward")
         return code_rewards(completions, tests, config=config, max_workers=max_workers)
 
     return trl_code_reward

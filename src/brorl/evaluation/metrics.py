@@ -58,3 +58,29 @@ def sample_metrics(correct: Sequence[Iterable[float]], ks: Sequence[int] | None 
     for k in ks:
         out[metric_name(k)] = float(np.mean([pass_at_k(n, c, k) for c in hits]))
     return out
+
+
+def completions_of(results) -> list:
+    """The k completions of one document from what lm-eval passes to a task's ``process_results``.
+
+    With the ``take_first_k`` filter that is ``[[c_1, ..., c_k]]`` (one request per document); a flat list
+    (e.g. a user-supplied filter that keeps strings) or a bare value is accepted too."""
+    if isinstance(results, (list, tuple)):
+        if len(results) == 1 and isinstance(results[0], (list, tuple)):
+            return list(results[0])
+        return list(results)
+    return [results]
+
+
+def doc_metrics(scores) -> dict[str, float]:
+    """``mean_at_k`` and ``pass_at_<j>`` of one document, computed exactly as :func:`sample_metrics` computes
+    its per-problem terms (a score counts as correct for pass@k when it is >= 0.5)."""
+    row = np.asarray(list(scores), dtype=float)
+    if row.size == 0:  # nothing generated: one failed sample
+        row = np.zeros(1)
+    n = int(row.size)
+    c = int((row >= 0.5).sum())
+    out = {"mean_at_k": float(row.mean())}
+    for j in powers_of_two(n):
+        out[metric_name(j)] = float(pass_at_k(n, c, j))
+    return out

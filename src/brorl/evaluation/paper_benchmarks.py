@@ -48,17 +48,14 @@ Regenerate the shipped folder after changing this module with ``python -m brorl.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from typing import Mapping, Sequence
-
-import yaml
+from typing import Sequence
 
 from brorl import rewards, sandbox
 from brorl.evaluation import paper_data
 from brorl.evaluation.benchmarks import Benchmark, register_benchmark
 from brorl.evaluation.lm_eval_tasks_paper import TASKS_DIR, paper_utils
-from brorl.evaluation.metrics import metric_name, powers_of_two
+from brorl.evaluation.task_yaml import FunctionRef, dump_yaml, metric_names, write_task_folder
 from brorl.tasks import core as task_core
 
 TASK_PREFIX = "brorl_paper_"
@@ -90,26 +87,6 @@ def task_name(name: str) -> str:
 def data_file(data_dir: str | Path, name: str) -> Path:
     """``<data_dir>/<name>/test.jsonl``: where :func:`render_tasks` and the registry expect a benchmark's JSONL."""
     return paper_utils.data_file_of(data_dir, name)
-
-
-def metric_names(k: int) -> list[str]:
-    return ["mean_at_k"] + [metric_name(j) for j in powers_of_two(int(k))]
-
-
-class _FunctionRef(str):
-    """A ``!function module.name`` YAML scalar."""
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(_FunctionRef, lambda d, v: d.represent_scalar("!function", str(v)))
-
-
-def dump_yaml(cfg: Mapping) -> str:
-    return yaml.dump(dict(cfg), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=False,
-                     width=120)
 
 
 def generation_kwargs(*, temperature: float, top_p: float, top_k: int, max_gen_toks: int,
@@ -147,12 +124,12 @@ def task_config(name: str, *, k: int, temperature: float, top_p: float, top_k: i
     metrics = [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metric_names(k)]
     for metric, agg in EXTRA_METRICS.get(spec.kind, []):
         metrics.append({"metric": metric,
-                        "aggregation": "mean" if agg == "mean" else _FunctionRef("paper_utils.agg_inst_level_acc"),
+                        "aggregation": "mean" if agg == "mean" else FunctionRef("paper_utils.agg_inst_level_acc"),
                         "higher_is_better": True})
     return {
         "task": task_name(name),
         "dataset_path": "",
-        "custom_dataset": _FunctionRef("paper_utils.load_records"),
+        "custom_dataset": FunctionRef("paper_utils.load_records"),
         "dataset_kwargs": dataset_kwargs,
         "test_split": paper_utils.SPLIT_KEY,
         "output_type": "generate_until",
@@ -165,7 +142,7 @@ def task_config(name: str, *, k: int, temperature: float, top_p: float, top_k: i
                                                max_gen_toks=max_gen_toks, stop_token_ids=stop_token_ids,
                                                backend=backend),
         "filter_list": [{"name": "none", "filter": [{"function": "take_first_k", "k": k}]}],
-        "process_results": _FunctionRef(f"paper_utils.{paper_utils.PROCESSORS[spec.kind]}"),
+        "process_results": FunctionRef(f"paper_utils.{paper_utils.PROCESSORS[spec.kind]}"),
         "metric_list": metrics,
         "metadata": {"version": TASK_VERSION},
     }
@@ -197,15 +174,7 @@ def render_tasks(data_dir: str | Path | None, out_dir: str | Path, *, names: Seq
         cfg = task_config(name, k=k, temperature=temperature, top_p=top_p, top_k=top_k, max_gen_toks=length,
                           stop_token_ids=stop_token_ids, backend=backend, data_file=df)
         files[f"{task_name(name)}.yaml"] = dump_yaml(cfg)
-    for old in out_dir.glob(f"{TASK_PREFIX}*.yaml"):
-        if old.name not in files:
-            old.unlink()
-    for fname, text in files.items():
-        (out_dir / fname).write_text(text)
-    src = TASKS_DIR / UTILS_FILE
-    if (out_dir / UTILS_FILE).resolve() != src:
-        shutil.copyfile(src, out_dir / UTILS_FILE)
-    return out_dir
+    return write_task_folder(out_dir, files, f"{TASK_PREFIX}*.yaml", TASKS_DIR / UTILS_FILE)
 
 
 def write_shipped_tasks(out_dir: str | Path = TASKS_DIR) -> Path:

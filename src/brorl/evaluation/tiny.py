@@ -51,14 +51,11 @@ this module with ``python -m brorl.evaluation.tiny``.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-import yaml
-
 from brorl.evaluation.lm_eval_tasks import TASKS_DIR
-from brorl.evaluation.metrics import metric_name, powers_of_two
+from brorl.evaluation.task_yaml import FunctionRef, dump_yaml, metric_names, write_task_folder
 from brorl.tasks.core import EOS_TOKEN, TaskSettings, max_new_tokens
 from brorl.tasks.families import FAMILIES
 
@@ -78,11 +75,6 @@ def task_name(family: str) -> str:
     return f"{GROUP}_{family}"
 
 
-def metric_names(k: int) -> list[str]:
-    """The metrics a task with k samples reports: ``mean_at_k`` and ``pass_at_<j>`` for j = 1, 2, 4, ... <= k."""
-    return ["mean_at_k"] + [metric_name(j) for j in powers_of_two(int(k))]
-
-
 def task_settings_of(data_dir: str | Path | None) -> TaskSettings:
     """The task settings the data was written with (``<data_dir>/tasks.json``), else the defaults."""
     if data_dir is not None:
@@ -95,22 +87,6 @@ def task_settings_of(data_dir: str | Path | None) -> TaskSettings:
 def default_max_gen_toks(data_dir: str | Path | None, family: str) -> int:
     """:func:`brorl.tasks.max_new_tokens` of one family under the data's task settings."""
     return max_new_tokens(task_settings_of(data_dir), [family])
-
-
-class _FunctionRef(str):
-    """A ``!function module.name`` YAML scalar."""
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(_FunctionRef, lambda d, v: d.represent_scalar("!function", str(v)))
-
-
-def dump_yaml(cfg: Mapping) -> str:
-    return yaml.dump(dict(cfg), Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=False,
-                     width=120)
 
 
 def generation_kwargs(*, temperature: float, max_gen_toks: int,
@@ -144,7 +120,7 @@ def task_config(family: str, *, k: int, temperature: float, max_gen_toks: int,
     return {
         "task": task_name(family),
         "dataset_path": "",
-        "custom_dataset": _FunctionRef("utils.load_split"),
+        "custom_dataset": FunctionRef("utils.load_split"),
         "dataset_kwargs": dataset_kwargs,
         "test_split": "test",
         "output_type": "generate_until",
@@ -156,7 +132,7 @@ def task_config(family: str, *, k: int, temperature: float, max_gen_toks: int,
         "generation_kwargs": generation_kwargs(temperature=temperature, max_gen_toks=max_gen_toks,
                                                stop_token_ids=stop_token_ids),
         "filter_list": [{"name": "none", "filter": [{"function": "take_first_k", "k": k}]}],
-        "process_results": _FunctionRef("utils.process_results"),
+        "process_results": FunctionRef("utils.process_results"),
         "metric_list": [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metric_names(k)],
         "metadata": {"version": TASK_VERSION},
     }
@@ -204,15 +180,7 @@ def render_tasks(data_dir: str | Path | None, out_dir: str | Path, *, k: int = D
                           stop_token_ids=stop_token_ids, data_file=data_file, split=split)
         files[f"{task_name(family)}.yaml"] = dump_yaml(cfg)
     files[f"{GROUP}.yaml"] = dump_yaml(group_config(families, k))
-    for old in out_dir.glob(f"{GROUP}*.yaml"):
-        if old.name not in files:
-            old.unlink()
-    for name, text in files.items():
-        (out_dir / name).write_text(text)
-    src = TASKS_DIR / UTILS_FILE
-    if (out_dir / UTILS_FILE).resolve() != src:
-        shutil.copyfile(src, out_dir / UTILS_FILE)
-    return out_dir
+    return write_task_folder(out_dir, files, f"{GROUP}*.yaml", TASKS_DIR / UTILS_FILE)
 
 
 def write_shipped_tasks(out_dir: str | Path = TASKS_DIR) -> Path:

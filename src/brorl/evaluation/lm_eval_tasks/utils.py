@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from brorl.evaluation.metrics import metric_name, pass_at_k, powers_of_two
+from brorl.evaluation.metrics import completions_of, doc_metrics
 from brorl.tasks import read_jsonl, verify
 
 SPLIT_KEY = "test"
@@ -48,18 +46,6 @@ def load_split(data_file: str | None = None, data_dir: str | None = None, family
     return datasets.DatasetDict({SPLIT_KEY: datasets.Dataset.from_list(records)})
 
 
-def completions_of(results) -> list:
-    """The k completions of one document from what lm-eval passes to ``process_results``.
-
-    With the ``take_first_k`` filter that is ``[[c_1, ..., c_k]]`` (one request per document); a flat list
-    (e.g. a user-supplied filter that keeps strings) or a bare value is accepted too."""
-    if isinstance(results, (list, tuple)):
-        if len(results) == 1 and isinstance(results[0], (list, tuple)):
-            return list(results[0])
-        return list(results)
-    return [results]
-
-
 def score_completions(doc, completions) -> list[float]:
     """0/1 per completion (``brorl.tasks.verify``: never raises, garbage scores 0)."""
     out = []
@@ -68,20 +54,6 @@ def score_completions(doc, completions) -> list[float]:
             out.append(float(verify(doc, c)))
         except Exception:  # noqa: BLE001 -- e.g. a doc that is not a mapping
             out.append(0.0)
-    return out
-
-
-def doc_metrics(scores) -> dict[str, float]:
-    """``mean_at_k`` and ``pass_at_<j>`` of one document, computed exactly as
-    :func:`brorl.evaluation.metrics.sample_metrics` computes its per-problem terms."""
-    row = np.asarray(list(scores), dtype=float)
-    if row.size == 0:  # nothing generated: one failed sample
-        row = np.zeros(1)
-    n = int(row.size)
-    c = int((row >= 0.5).sum())
-    out = {"mean_at_k": float(row.mean())}
-    for j in powers_of_two(n):
-        out[metric_name(j)] = float(pass_at_k(n, c, j))
     return out
 
 

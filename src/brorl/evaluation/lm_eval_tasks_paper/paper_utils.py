@@ -52,7 +52,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from brorl import rewards
-from brorl.evaluation.metrics import metric_name, pass_at_k, powers_of_two
+from brorl.evaluation.metrics import completions_of, doc_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -97,29 +97,6 @@ def load_records(data_file: str | None = None, data_dir: str | None = None, benc
 
 
 # --------------------------------------------------------------------------------------------------- metrics
-
-def completions_of(results) -> list:
-    """The k completions of one document from what lm-eval passes to ``process_results``."""
-    if isinstance(results, (list, tuple)):
-        if len(results) == 1 and isinstance(results[0], (list, tuple)):
-            return list(results[0])
-        return list(results)
-    return [results]
-
-
-def doc_metrics(scores) -> dict[str, float]:
-    """``mean_at_k`` and ``pass_at_<j>`` of one document (as :func:`brorl.evaluation.metrics.sample_metrics`
-    computes its per-problem terms); ``scores`` are 0/1 (the runner passes binarised scores)."""
-    row = np.asarray(list(scores), dtype=float)
-    if row.size == 0:
-        row = np.zeros(1)
-    n = int(row.size)
-    c = int((row >= 0.5).sum())
-    out = {"mean_at_k": float(row.mean())}
-    for j in powers_of_two(n):
-        out[metric_name(j)] = float(pass_at_k(n, c, j))
-    return out
-
 
 def binarize(scores) -> list[int]:
     return [int(float(s) >= 0.5) for s in scores]
