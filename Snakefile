@@ -25,6 +25,7 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/training.smk"
 include: "workflow/rules/evaluation.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/study.smk"
 include: "workflow/rules/tracking.smk"
 
 
@@ -39,5 +40,6 @@ rule all:
         EVAL_OUTPUTS,
         TABLE_OUTPUTS,
         THROUGHPUT_OUTPUTS,
+        STUDY_OUTPUTS,
         DVC_FILES,
     default_target: True

@@ -234,21 +234,29 @@ def cmd_difficulty(args) -> int:
 
 def cmd_train_arm(args) -> int:
     """One training arm and seed (or the ProRL stage, ``--arm prorl``): resumable stages -> HF folder + metrics."""
-    import mlflow
-
-    from brorl.tracking import log_curves
-    from brorl.training.arms import plan, prorl_settings, run_arm
+    from brorl.training.arms import plan, prorl_settings
 
     rl = json.loads(args.config)
     stages = [prorl_settings(rl)] if args.arm == "prorl" else plan(rl, seed=args.seed)[args.arm]
+    _train_and_log(args, stages)
+    return 0
+
+
+def _train_and_log(args, stages: list[dict], after=None) -> dict:
+    """Run one arm's stages inside the rule's MLflow run and log its curves, probes and summary;
+    ``after(summary)`` runs inside the same MLflow run (more metrics for the same run)."""
+    import mlflow
+
+    from brorl.tracking import log_curves
+    from brorl.training.arms import run_arm
+    from brorl.training.stage import read_metrics
+
     params = {f"stage{k}.{key}": value for k, st in enumerate(stages) for key, value in st.items()}
     with _run(args, params=params) as run:
         Path(args.results).mkdir(parents=True, exist_ok=True)
         (Path(args.results) / "mlflow_run_id").write_text(run.info.run_id + "\n")
         summary = run_arm(args.init, args.data, args.work, stages, args.model_out, args.results,
                           arm=args.arm, seed=args.seed)
-        from brorl.training.stage import read_metrics
-
         rows = read_metrics(args.results)
         curves = {}
         for key in ("reward_mean", "dynamic_sampling_pass_rate", "generated_samples", "kept_prompts",
@@ -266,6 +274,68 @@ def cmd_train_arm(args) -> int:
         mlflow.log_metrics(_numeric({k: v for k, v in summary.items() if k != "stage_summaries"}, "final/"))
         for name in ("metrics.csv", "summary.json"):
             mlflow.log_artifact(str(Path(args.results) / name))
+        if after is not None:
+            after(summary)
+    return summary
+
+
+def cmd_study_arm(args) -> int:
+    """One arm of the N-scaling study (or its later start): the stages, then exact held-out metrics."""
+    import mlflow
+
+    cfg = json.loads(args.config)
+
+    def heldout(summary):
+        from brorl.study import heldout as H
+
+        start = H.probabilities(args.init, args.data)
+        end = H.probabilities(args.model_out, args.data)
+        out = H.metrics(end, start, ks=cfg.get("heldout_k") or H.DEFAULT_K)
+        results = Path(args.results)
+        H.save(results / "heldout.npz", start, end)
+        (results / "heldout.json").write_text(json.dumps(out, indent=1) + "\n")
+        mlflow.log_metrics(_numeric(out, "heldout/"))
+        mlflow.log_artifact(str(results / "heldout.json"))
+        a = out["all"]
+        print(f"[study] {args.arm} seed {args.seed}: held-out mean@k {a['mean_at_k']:.4f}, pass@256 "
+              f"{a.get('pass@256', float('nan')):.4f}, zero share {a['histogram'].get('zero', float('nan')):.3f}")
+
+    _train_and_log(args, [{**st, "seed": args.seed} for st in cfg["stages"]],
+                   after=heldout if cfg.get("heldout", True) else None)
+    return 0
+
+
+def cmd_study_summary(args) -> int:
+    """results/study/summary.md (+ csv, figures): every setting's best larger-N arm against N=16."""
+    import mlflow
+
+    from brorl.study.report import write_summary
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        verdicts = write_summary(cfg["rl"], cfg["study"], args.results, args.md, args.csv, args.png_delta,
+                                 args.png_base)
+        mlflow.log_metrics({f"delta/{k}": v["delta"] for k, v in verdicts.items()})
+        for path in (args.md, args.csv, args.png_delta, args.png_base):
+            mlflow.log_artifact(path)
+    return 0
+
+
+def cmd_train_data(args) -> int:
+    """The paper profile's RL training data (brorl.training.paper_data): pinned fetch / generation, then splits."""
+    import mlflow
+
+    from brorl.training.paper_data import MARKER, prepare_train_data
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        marker = prepare_train_data(args.out, cfg.get("data"), source=cfg.get("source"), cache_dir=args.cache,
+                                    log_fn=lambda msg: print(f"[train-data] {msg}", flush=True))
+        for name, info in marker["sources"].items():
+            mlflow.log_metrics({f"{name}/n_train": float(info["n_train"]),
+                                f"{name}/n_validation": float(info["n_validation"])})
+            mlflow.set_tag(f"{name}/commit", str(info["commit"]))
+        mlflow.log_artifact(str(Path(args.out) / MARKER))
     return 0
 
 
@@ -513,6 +583,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-out", required=True)
     p.add_argument("--results", required=True, help="folder for metrics.csv, probe.npz, summary.json")
     p.set_defaults(func=cmd_train_arm)
+
+    p = sub.add_parser("study-arm", help="an N-scaling study arm: stages from --config, then held-out metrics")
+    _rule_args(p)
+    p.add_argument("--arm", required=True, help="<setting>-n<N> (a label)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", required=True, help="starting HF model folder")
+    p.add_argument("--data", required=True, help="task data folder (train pool, validation, test)")
+    p.add_argument("--work", required=True, help="stage work folder (checkpoints; kept when a job dies)")
+    p.add_argument("--model-out", required=True)
+    p.add_argument("--results", required=True, help="folder for metrics.csv, summary.json, heldout.json")
+    p.set_defaults(func=cmd_study_arm)
+
+    p = sub.add_parser("study-summary", help="results/study/summary.md over every setting, N and seed")
+    _rule_args(p)
+    p.add_argument("--results", required=True, help="results/study")
+    p.add_argument("--md", required=True)
+    p.add_argument("--csv", required=True)
+    p.add_argument("--png-delta", required=True)
+    p.add_argument("--png-base", required=True)
+    p.set_defaults(func=cmd_study_summary)
+
+    p = sub.add_parser("train-data", help="the paper profile's RL training data (pinned fetch / generation, splits)")
+    _rule_args(p)
+    p.add_argument("--out", required=True, help="results/data/rl: <source>/{train,validation}.jsonl + train_data.json")
+    p.add_argument("--cache", default="resources/data/rl", help="raw snapshots and converted records")
+    p.set_defaults(func=cmd_train_data)
 
     p = sub.add_parser("train-summary", help="results/train/summary.md over every arm and seed")
     _rule_args(p)

@@ -88,6 +88,10 @@ def cross_field_errors(config: dict) -> list[str]:
         if "prorl" in (config.get("checkpoints", {}).get("fetch") or {}):
             errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output when `rl` "
                           "is set; fetch the hub checkpoint under another name [rule: one writer per folder]")
+    if isinstance(config.get("study"), dict):
+        from brorl.study.plan import study_errors
+
+        errors += study_errors(config)
     evaluation = config.get("evaluation")
     if isinstance(evaluation, dict):
         from brorl.evaluation.benchmarks import benchmark_names

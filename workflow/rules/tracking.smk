@@ -13,6 +13,7 @@ DVC_TRACKED = {
     **({"results/tables": [p for p in TABLE_OUTPUTS + THROUGHPUT_OUTPUTS if p.startswith("results/tables/")],
         "results/figures": [p for p in TABLE_OUTPUTS + THROUGHPUT_OUTPUTS if p.startswith("results/figures/")]}
        if TABLE_OUTPUTS or THROUGHPUT_OUTPUTS else {}),
+    **({"results/study": STUDY_SUMMARY + STUDY_ARM_FILES, "resources/study": STUDY_MODELS} if STUDY else {}),
 }
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
 

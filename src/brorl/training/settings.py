@@ -31,6 +31,10 @@ class RLSettings:
     sample_budget: int = 0
     """Generated samples (before filtering, as BroRL Table 1 counts them) after which the stage stops;
     0: no budget. Must hold at least one step (prompts_per_step x n_rollouts)."""
+    time_budget_s: float = 0.0
+    """Wall-clock seconds of training (rollouts, updates, probes; summed over resumes) after which the stage
+    stops at the end of a step; 0: no time budget. For comparisons at equal wall time rather than equal samples
+    (the N-scaling study); the number of steps then depends on the machine and its load."""
     lr_rule: str = "sqrt"
     """``sqrt``: eta = eta0 * sqrt(B / B0) [paper, BroRL §3.1, after Krizhevsky 2014]; ``constant``: eta = eta0.
     B counts samples per step (prompts_per_step x n_rollouts); counting prompts would lower the BroRL rate."""
@@ -127,8 +131,10 @@ class RLSettings:
             bad("steps", "must be >= 0")
         if self.sample_budget < 0:
             bad("sample_budget", "must be >= 0")
+        if self.time_budget_s < 0:
+            bad("time_budget_s", "must be >= 0")
         if self.steps == 0 and self.sample_budget == 0:
-            bad("steps", "set steps or sample_budget")
+            bad("steps", "set steps or sample_budget (a time budget alone could run unbounded)")
         if self.sample_budget and self.sample_budget < self.samples_per_step:
             bad("sample_budget", f"is smaller than one step (prompts_per_step x n_rollouts = "
                                  f"{self.samples_per_step} samples)")

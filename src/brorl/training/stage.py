@@ -171,6 +171,12 @@ def _stage_callback(trainer, s: RLSettings, csv_path: Path, probes: Probes, t_se
             if s.sample_budget and trainer.stage_state.generated_samples >= s.sample_budget:
                 last_step = True
                 control.should_training_stop = True
+            elapsed = trainer.stage_state.extra["elapsed_before"] + time.perf_counter() - t_session
+            if s.time_budget_s and not last_step and elapsed >= s.time_budget_s:
+                trainer.stage_state.extra["stopped"] = "time_budget"
+                log(f"time budget reached at step {rl_step}: {elapsed:.0f}s >= {s.time_budget_s:.0f}s")
+                last_step = True
+                control.should_training_stop = True
             if last_step or (s.probe_every and rl_step % s.probe_every == 0):
                 self.probe = probes.measure(trainer.model)
                 extra = trainer.stage_state.extra

@@ -1,0 +1,162 @@
+"""The study's plan: which arms run, from which start model, on which prompt pool, with which settings.
+
+Config (``study`` section, ``config/study.yaml``; every stage also takes ``rl.recipe``)::
+
+    study:
+      seeds: [0, 1, 2]
+      ns: [16, 64, 256, 512]        # N of the base setting
+      ablation_ns: [16, 512]        # N of each ablation (the reference N = min(ns) and the paper's N)
+      samples_per_step: 16384       # every arm generates N x prompts_per_step = this many samples a step
+      steps: 6                      # -> samples_per_step x steps generated samples per arm
+      settings: {...}               # RLSettings for every study stage (on top of rl.recipe)
+      fresh_pool_size: 65536        # `pool: fresh`: a train pool this large (no prompt seen twice)
+      late_start_steps: 100         # `start: late`: the ProRL stage continued this many more N=16 steps
+      heldout_k: [1, 2, ..., 256]
+      ablations:                    # name -> axes that differ from the base setting
+        fewer_prompts: {prompts_per_step: {512: 8}}
+        fresh: {pool: fresh}
+        no_kl: {settings: {beta: 0.0}}
+        late_start: {start: late}
+        lr_constant: {settings: {lr_rule: constant}}
+        equal_time: {time_budget_s: 120}
+
+Axes of an ablation: ``ns``, ``prompts_per_step`` ({N: prompts}: that N's samples per step change, its total
+budget does not), ``pool`` (``fixed`` | ``fresh``), ``start`` (``plateau`` | ``late``), ``settings``
+(RLSettings overrides), ``time_budget_s`` (equal wall time instead of equal samples: every arm of the setting
+trains for this many seconds). An ablation arm whose stage, start and pool equal the base arm of the same N is
+not run again: the setting reads the base arm (e.g. ``fewer_prompts`` changes only N=512).
+
+Every arm runs one round of generation per step (``max_rounds: 1``: dynamic sampling filters the zero-signal
+groups but does not refill), so generated samples per step are exactly equal across N.
+"""
+
+from __future__ import annotations
+
+import json
+
+BASE = "base"
+POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh"}
+STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
+AXES = ("ns", "prompts_per_step", "pool", "start", "settings", "time_budget_s")
+TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample steps
+
+
+def reference_n(study: dict) -> int:
+    """The N every setting's larger-N arms are compared with: the smallest N of the base setting (16 in the
+    study profile, as ProRL's N [paper])."""
+    return min(study["ns"])
+
+
+def settings_names(study: dict) -> list[str]:
+    return [BASE, *study.get("ablations", {})]
+
+
+def _axes(study: dict, setting: str) -> dict:
+    if setting == BASE:
+        return {"ns": study["ns"]}
+    ab = study.get("ablations", {})[setting]
+    return {"ns": study.get("ablation_ns", study["ns"]), **ab}
+
+
+def arm_spec(rl: dict, study: dict, setting: str, n: int) -> dict:
+    """What determines one (setting, N) arm: its stage settings (seed left out), start model and pool."""
+    ax = _axes(study, setting)
+    per_step = study["samples_per_step"]
+    prompts = {int(k): v for k, v in (ax.get("prompts_per_step") or {}).items()}.get(n, per_step // n)
+    stage = {**rl.get("recipe", {}), **study.get("settings", {}), **ax.get("settings", {}),
+             "n_rollouts": n, "prompts_per_step": prompts, "max_rounds": 1, "round_prompts": 0}
+    if ax.get("time_budget_s"):
+        stage.update(time_budget_s=ax["time_budget_s"], sample_budget=0,
+                     steps=study["steps"] * TIME_STEP_CAP * max(1, per_step // (prompts * n)))
+    else:
+        stage.update(sample_budget=per_step * study["steps"], steps=0)
+    return {"stage": stage, "start": ax.get("start", "plateau"), "pool": ax.get("pool", "fixed")}
+
+
+def study_plan(rl: dict, study: dict) -> dict[str, dict[int, str]]:
+    """``{setting: {N: arm setting that runs it}}``: an ablation's N maps to ``base`` when nothing differs."""
+    out: dict[str, dict[int, str]] = {}
+    for setting in settings_names(study):
+        out[setting] = {}
+        for n in _axes(study, setting)["ns"]:
+            same = (setting != BASE and n in study["ns"]
+                    and arm_spec(rl, study, setting, n) == arm_spec(rl, study, BASE, n))
+            out[setting][n] = BASE if same else setting
+    return out
+
+
+def arm_jobs(rl: dict, study: dict) -> list[tuple[str, int]]:
+    """The (setting, N) pairs that run (each over every seed)."""
+    return [(setting, n) for setting, by_n in study_plan(rl, study).items() for n, owner in by_n.items()
+            if owner == setting]
+
+
+def stage_for(rl: dict, study: dict, setting: str, n: int, seed: int) -> dict:
+    return {**arm_spec(rl, study, setting, n)["stage"], "seed": seed}
+
+
+def late_start_stage(rl: dict, study: dict) -> dict:
+    """The later start: the ProRL stage's settings continued ``late_start_steps`` more steps (no plateau stop)."""
+    from brorl.training.arms import prorl_settings
+
+    return {**prorl_settings(rl), "steps": study["late_start_steps"], "plateau_window": 0,
+            "plateau_delta": 0.0, "sample_budget": 0}
+
+
+def fresh_pool_tasks(tasks: dict, study: dict) -> dict:
+    """The tiny task settings with a train pool of ``fresh_pool_size`` prompts per single-answer family (the
+    validation and test splits are the same prompts: splits are drawn from disjoint hashed regions)."""
+    return {**tasks, "train_size": study["fresh_pool_size"]}
+
+
+def study_errors(config: dict) -> list[str]:
+    """Every invalid part of the study section, naming the key (for config validation, before any job)."""
+    from brorl.training.settings import RLSettings
+
+    study, rl = config.get("study") or {}, config.get("rl") or {}
+    errors = []
+    if not study:
+        return errors
+    if not rl:
+        return ["study: needs the `rl` section (recipe and the ProRL stage the study starts from) [rule: study needs rl]"]
+    per_step = study.get("samples_per_step", 0)
+    for setting in settings_names(study):
+        where = "study" if setting == BASE else f"study.ablations.{setting}"
+        ax = _axes(study, setting)
+        unknown = sorted(set(ax) - set(AXES))
+        if unknown:
+            errors.append(f"{where}.{unknown[0]}: unknown axis (allowed: {', '.join(AXES)}) [rule: study axes]")
+            continue
+        if setting == BASE and len(ax["ns"]) < 2:
+            errors.append("study.ns: needs the reference N (the smallest) and at least one larger N [rule: two N]")
+            continue
+        if ax.get("pool", "fixed") not in POOLS:
+            errors.append(f"{where}.pool: {ax['pool']!r} is not one of {', '.join(POOLS)} [rule: study pools]")
+            continue
+        if ax.get("start", "plateau") not in STARTS:
+            errors.append(f"{where}.start: {ax['start']!r} is not one of {', '.join(STARTS)} [rule: study starts]")
+            continue
+        for k in (ax.get("prompts_per_step") or {}):
+            if int(k) not in ax["ns"]:
+                errors.append(f"{where}.prompts_per_step.{k}: N = {k} is not among this setting's N "
+                              f"({ax['ns']}) [rule: prompts for a run N]")
+        for n in ax["ns"]:
+            if per_step % n and str(n) not in map(str, ax.get("prompts_per_step") or {}):
+                errors.append(f"{where}: study.samples_per_step = {per_step} is not a multiple of N = {n} "
+                              "(equal samples per step) [rule: samples_per_step % N == 0]")
+                continue
+            try:
+                RLSettings.from_dict({**arm_spec(rl, study, setting, n)["stage"], "seed": 0})
+            except (TypeError, ValueError) as err:
+                errors.append(f"{where} (N={n}): {err} [rule: RLSettings]")
+    ref = reference_n(study)
+    for setting in settings_names(study)[1:]:
+        ns = _axes(study, setting)["ns"]
+        if not any(n > ref for n in ns):
+            errors.append(f"study.ablations.{setting}.ns: no N above the reference N = {ref} (the smallest of "
+                          "study.ns) to compare [rule: larger N arm]")
+    return list(dict.fromkeys(errors))
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, sort_keys=True)

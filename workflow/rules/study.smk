@@ -1,0 +1,136 @@
+# The N-scaling study (config/study.yaml; README "The N-scaling study"): from the saturated ProRL checkpoint,
+# arms at equal generated samples per step and in total for N in study.ns and each ablation's N, over
+# study.seeds; held-out metrics per arm; results/study/summary.md. Each rule calls one `brorl` command.
+from brorl.study.plan import POOLS, STARTS, arm_jobs, dumps, fresh_pool_tasks, late_start_stage, stage_for
+
+STUDY = "study" in config
+STUDY_CFG = config.get("study", {})
+STUDY_JOBS = arm_jobs(config["rl"], STUDY_CFG) if STUDY else []
+STUDY_ARMS = [f"results/study/{setting}/n{n}/seed{seed}" for setting, n in STUDY_JOBS
+              for seed in STUDY_CFG["seeds"]]
+STUDY_ARM_FILES = [f"{arm}/{name}" for arm in STUDY_ARMS for name in ("summary.json", "heldout.json")]
+STUDY_MODELS = [arm.replace("results/", "resources/", 1) for arm in STUDY_ARMS]
+STUDY_SUMMARY = ["results/study/summary.md", "results/study/summary.csv", "results/study/delta.png",
+                 "results/study/base.png"] if STUDY else []
+STUDY_POOL_FILES = [f"{POOLS['fresh']}/{task}/{split}.jsonl" for task in config.get("tasks", {}).get("tasks", [])
+                    for split in ("train", "validation", "test")] + [f"{POOLS['fresh']}/tasks.json"]
+STUDY_OUTPUTS = STUDY_SUMMARY + STUDY_MODELS
+
+
+def study_start(wildcards):
+    from brorl.study.plan import arm_spec
+
+    return STARTS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
+
+
+def study_pool(wildcards):
+    from brorl.study.plan import arm_spec
+
+    return POOLS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["pool"]]
+
+
+def study_pool_files(wildcards):
+    return TASK_FILES if study_pool(wildcards) == POOLS["fixed"] else STUDY_POOL_FILES
+
+
+if STUDY:
+
+    rule study_pool:
+        output:
+            STUDY_POOL_FILES,
+        params:
+            rule_name="study_pool",
+            cfg=as_json(fresh_pool_tasks(config["tasks"], STUDY_CFG)),
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/study/pool.log",
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule_name} --profile {params.profile}"
+            " --config {params.cfg:q} --tracking {params.tracking:q} --out {POOLS[fresh]} 2>&1 | tee {log}"
+
+    rule study_start:
+        input:
+            model=STARTS["plateau"],
+            data=TASK_FILES,
+        output:
+            model=directory(STARTS["late"]),
+            summary="results/study/prorl_late/summary.json",
+        params:
+            rule_name="study_start",
+            cfg=as_json({"stages": [late_start_stage(config["rl"], STUDY_CFG)], "heldout": False}),
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/study/prorl_late.log",
+        benchmark:
+            "logs/benchmarks/study_start.tsv"
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} brorl study-arm --rule {params.rule_name} --profile {params.profile}"
+            " --config {params.cfg:q} --tracking {params.tracking:q} --arm prorl_late --seed 0 --init {input.model}"
+            " --data results/data --work resources/work/study/prorl_late --model-out {output.model}"
+            " --results results/study/prorl_late 2>&1 | tee {log}"
+
+    rule study_arm:
+        input:
+            model=study_start,
+            data=study_pool_files,
+        output:
+            model=directory("resources/study/{setting}/n{n}/seed{seed}"),
+            summary="results/study/{setting}/n{n}/seed{seed}/summary.json",
+            heldout="results/study/{setting}/n{n}/seed{seed}/heldout.json",
+        wildcard_constraints:
+            setting="|".join(sorted({s for s, _ in STUDY_JOBS})) or "none",
+            n=r"\d+",
+            seed=r"\d+",
+        params:
+            rule_name="study_arm",
+            cfg=lambda w: as_json({"stages": [stage_for(config["rl"], STUDY_CFG, w.setting, int(w.n), 0)],
+                                   "heldout_k": STUDY_CFG.get("heldout_k")}),
+            data=study_pool,
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/study/{setting}/n{n}/seed{seed}.log",
+        benchmark:
+            "logs/benchmarks/study_arm/{setting}/n{n}/seed{seed}.tsv"
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} brorl study-arm --rule {params.rule_name} --profile {params.profile}"
+            " --config {params.cfg:q} --tracking {params.tracking:q} --wildcard setting={wildcards.setting}"
+            " --wildcard n={wildcards.n} --wildcard seed={wildcards.seed} --arm {wildcards.setting}-n{wildcards.n}"
+            " --seed {wildcards.seed} --init {input.model} --data {params.data}"
+            " --work resources/work/study/{wildcards.setting}/n{wildcards.n}/seed{wildcards.seed}"
+            " --model-out {output.model} --results results/study/{wildcards.setting}/n{wildcards.n}/seed{wildcards.seed}"
+            " 2>&1 | tee {log}"
+
+    rule study_summary:
+        input:
+            STUDY_ARM_FILES,
+        output:
+            md="results/study/summary.md",
+            csv="results/study/summary.csv",
+            delta=report("results/study/delta.png", category="Study", caption="../report/study_delta.rst"),
+            base=report("results/study/base.png", category="Study", caption="../report/study_base.rst"),
+        params:
+            rule_name="study_summary",
+            cfg=as_json({"rl": config["rl"], "study": STUDY_CFG}),
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/study/summary.log",
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "brorl study-summary --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            " --tracking {params.tracking:q} --results results/study --md {output.md} --csv {output.csv}"
+            " --png-delta {output.delta} --png-base {output.base} 2>&1 | tee {log}"
