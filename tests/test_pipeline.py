@@ -26,10 +26,12 @@ REPO_ID = "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 RULE_RUNS = ("theory_simulation", "theory_figure3", "theory_extended_sweep", "fetch_checkpoint",
              "paper_data_blend", "tiny_tasks", "sft", "difficulty", "prorl_stage", "train_arm", "train_summary",
-             "evaluate", "throughput_study", *(f"paper_{name}" for name in ("table1", "table2", "table3", "table4", "table5", "ttest",
+             "evaluate", "throughput_study", "study_pool", "study_start", "study_arm", "study_summary",
+             *(f"paper_{name}" for name in ("table1", "table2", "table3", "table4", "table5", "ttest",
                                                         "figure1", "figure3", "figure4", "passk")))
 # sft + prorl; arms n4, n16, schedule x 1 seed; (prorl + 3 arms) x (tiny_add, tiny_multiple)
-RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3, "evaluate": 8}
+# study: base n4, n16 + four ablations at n16 (tests/configs/ci.yaml)
+RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3, "evaluate": 8, "study_arm": 6}
 GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
 
 
@@ -203,7 +205,8 @@ def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     dvc_files = [str(p.relative_to(work)) for p in work.rglob("*.dvc") if p.is_file()]
     assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl_hub.dvc",
             "resources/models/sft.dvc", "resources/models/prorl.dvc", "results/train.dvc",
-            "resources/checkpoints.dvc", "results/eval.dvc", "results/tables.dvc", "results/figures.dvc"} <= set(dvc_files)
+            "resources/checkpoints.dvc", "results/eval.dvc", "results/tables.dvc", "results/figures.dvc",
+            "results/study.dvc", "resources/study.dvc"} <= set(dvc_files)
     sh(GIT + ["add", *dvc_files, "results/.gitignore", "resources/models/.gitignore"], work)
     sh(GIT + ["commit", "-qm", "track outputs"], work)
     clone = root / "clone"
@@ -212,7 +215,8 @@ def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     sh(["dvc", "remote", "modify", "--local", "local", "url", str(project["remote"])], clone)
     sh(["brorl", "pull", "--configfile", CI_CONFIG], clone)
     for folder in ("results/theory", "results/data", "resources/models/prorl_hub", "resources/models/sft",
-                   "resources/models/prorl", "results/train", "resources/checkpoints/n4/seed0"):
+                   "resources/models/prorl", "results/train", "resources/checkpoints/n4/seed0", "results/study",
+                   "resources/study"):
         assert _digest(clone / folder) == _digest(work / folder), folder
     dry = sh(["snakemake", "-n", "--configfile", CI_CONFIG], clone)
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -308,6 +312,43 @@ def test_evaluation_and_paper_tables_trace_to_their_runs(project):
     assert "1.98x" in (work / "results/tables/throughput.md").read_text()
     sh(["snakemake", "--report", "report-tables.html", "--configfile", CI_CONFIG], work)
     assert "Paper tables" in (work / "report-tables.html").read_text(errors="replace")
+
+
+def test_study_summary_names_its_runs_and_every_axis_ran(project):
+    """The N-scaling study's toy run: every setting has a verdict row whose run ids are study_arm runs of that
+    setting; the equal-time arm stopped on its clock, the fresh pool is larger than the fixed one, the later
+    start continued the ProRL checkpoint, and the report has the "Study" category."""
+    import mlflow
+
+    work = project["work"]
+    frame = pd.read_csv(work / "results/study/summary.csv")
+    assert sorted(set(frame.setting)) == ["base", "equal_time", "fewer_prompts", "fresh", "late_start"]
+    md = (work / "results/study/summary.md").read_text()
+    for setting in set(frame.setting):
+        assert f"| {setting} | 16 |" in md
+    assert any(f"**{v}**" in md for v in ("won", "lost", "tied")) and "settings, lost in" in md
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
+    for row in frame.itertuples():
+        for run_id in row.runs.split():
+            run = client.get_run(run_id)
+            assert run.data.tags["rule"] == "study_arm"
+            assert json.loads(run.data.tags["wildcards"])["setting"] == (row.reused_from or row.setting)
+            assert "heldout/all/mean_at_k" in run.data.metrics
+    timed = json.loads((work / "results/study/equal_time/n16/seed0/summary.json").read_text())
+    assert timed["stopped"] == ["time_budget"] and timed["sample_budget"] == 0
+    fewer = json.loads((work / "results/study/fewer_prompts/n16/seed0/summary.json").read_text())
+    assert fewer["prompts_per_step"] == [2] and fewer["generated_samples"] == 128 and fewer["steps"] == 4
+    fixed = sum(1 for _ in open(work / "results/data/add/train.jsonl"))
+    fresh = sum(1 for _ in open(work / "results/study/data_fresh/add/train.jsonl"))
+    assert (fixed, fresh) == (64, 256)
+    assert (work / "results/study/data_fresh/add/test.jsonl").read_text() == (
+        work / "results/data/add/test.jsonl").read_text()
+    late = json.loads((work / "results/study/prorl_late/summary.json").read_text())
+    assert late["steps"] == 2 and late["stage_summaries"][0]["init_model_dir"].endswith("resources/models/prorl")
+    held = json.loads((work / "results/study/base/n16/seed0/heldout.json").read_text())
+    assert held["all"]["prompts"] == 16 + 8 and 0 <= held["all"]["pass@1"] <= held["all"]["pass@256"] <= 1
+    sh(["snakemake", "--report", "report-study.html", "--configfile", CI_CONFIG], work)
+    assert "Study" in (work / "report-study.html").read_text(errors="replace")
 
 
 def _pids_running(*words: str) -> list[int]:

@@ -399,3 +399,59 @@ def test_throughput_study_refuses_an_engine_it_would_mislabel(tiny):
     rows = measure_throughput(tiny / "sft", ns=(4, 8), total=16, engines=("prefix_tree",), threads=1, progress=False)
     assert [(r["n_rollouts"], r["samples"]) for r in rows] == [(4, 16), (8, 16)]
     assert ratios(rows)["prefix_tree"] == pytest.approx(rows[1]["samples_per_s"] / rows[0]["samples_per_s"])
+
+
+def test_merged_duplicate_rows_give_the_same_update(tiny, tmp_path):
+    """merge_duplicates trains on one weighted row per distinct completion of each kept group and skips filler:
+    the gradient of the RL step equals the one of the N-row batch (same rollouts, same seed), and it uses fewer
+    rows than the plain batch."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+
+    from brorl.tasks.core import format_prompt, read_split
+    from brorl.training.stage import grpo_config, make_reward
+    from brorl.training.trainer import BroRLTrainer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny / "sft"), local_files_only=True)
+    records = read_split(tiny / "data", "train")
+    dataset = Dataset.from_dict({"prompt": [format_prompt(tok, r) for r in records],
+                                 "record_index": list(range(len(records)))})
+
+    def one_step(merge: bool):
+        s = RLSettings.from_dict({**RL, "n_rollouts": 16, "prompts_per_step": 4, "steps": 1, "max_rounds": 1,
+                                  "micro_batch_size": 16, "merge_duplicates": merge, "probe_every": 0})
+        trainer = BroRLTrainer(model=str(tiny / "sft"), reward_funcs=make_reward(records, tok),
+                               args=grpo_config(s, tmp_path / f"m{merge}", 6), train_dataset=dataset,
+                               processing_class=tok, settings=s)
+        grads = {}
+
+        class Grab(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+                grads.update({k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None})
+
+        trainer.add_callback(Grab())
+        trainer.train()
+        return grads, trainer.last_rollout
+
+    plain, roll_plain = one_step(False)
+    merged, roll_merged = one_step(True)
+    assert roll_plain["kept_prompts"] == roll_merged["kept_prompts"] > 0  # the same rollouts
+    assert roll_merged["train_rows"] < roll_plain["train_rows"]
+    assert plain.keys() == merged.keys() and plain
+    scale = max(g.abs().max().item() for g in plain.values())
+    for k in plain:
+        assert torch.allclose(plain[k], merged[k], atol=1e-5 * scale, rtol=1e-4), k
+
+
+def test_merge_duplicate_rows_counts_every_draw():
+    from brorl.training.trainer import _Sample, merge_duplicate_rows
+
+    a, b = [1, 2, 9], [3, 9]
+    kept = [[_Sample([5], a, None, 1.0), _Sample([5], b, None, 0.0), _Sample([5], a, None, 1.0),
+             _Sample([5], a, None, 1.0)]]
+    batch = kept[0] + [_Sample([6], [4, 9], None, 0.0)] * 4
+    rows, weights, n_rows, first = merge_duplicate_rows(kept, 4, batch)
+    assert n_rows == 2 and first == [0, 1] and weights[:2] == [3.0, 1.0]
+    assert len(rows) == len(batch) == len(weights) and sum(weights) == 4 and weights[2:] == [0.0] * 6
+    with pytest.raises(ValueError, match="merge_duplicates"):
+        RLSettings(merge_duplicates=True, mini_batches=2, prompts_per_step=4)

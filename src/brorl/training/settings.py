@@ -63,6 +63,12 @@ class RLSettings:
     mini_batches: int = 1
     """PPO mini-batches (optimizer steps) per RL step; the rollouts are reused, so ratios leave 1 from the
     second one on (ProRL v1: 4 [paper]). BroRL keeps their number fixed as N grows [paper]."""
+    merge_duplicates: bool = False
+    """Train on one row per distinct (prompt, completion) of the kept groups, weighted by its count, instead of
+    the N rows: identical rows have identical advantages, ratios and KL, so the update is the same (the token
+    normaliser counts every original row); filtered-out rows are not fed through the model at all. Needs
+    ``mini_batches: 1`` (the rows are not shuffled into PPO mini-batches). Its cost then grows with the number
+    of distinct completions, not with N (the N-scaling study's large batches)."""
     micro_batch_size: int = 64
     """Completions per forward/backward pass (memory only; the largest divisor of the mini-batch not above
     this is used)."""
@@ -127,6 +133,8 @@ class RLSettings:
         if self.prompts_per_step % self.mini_batches:
             bad("mini_batches", f"must divide prompts_per_step = {self.prompts_per_step} so that every PPO "
                                 "mini-batch holds whole groups of n_rollouts samples")
+        if self.merge_duplicates and self.mini_batches != 1:
+            bad("merge_duplicates", "needs mini_batches = 1 (merged rows are not split into PPO mini-batches)")
         if self.steps < 0:
             bad("steps", "must be >= 0")
         if self.sample_budget < 0:

@@ -166,6 +166,34 @@ class _Sample:
     reward: float
 
 
+def merge_duplicate_rows(kept: list[list[_Sample]], n: int, batch: list[_Sample]):
+    """One row per distinct completion of each kept group, weighted by how often it was drawn, then weight-0
+    filler rows (a one-token copy of the first row) up to ``len(batch)`` rows (TRL's fixed batch shape).
+
+    Returns (rows, weights, rows that carry weight, index of each merged row's first draw in the kept N-row
+    batch). Identical draws of one group share prompt, completion and reward, hence advantage, ratio and KL: the
+    weighted row gives the update of the N rows."""
+    rows, weights, first = [], [], []
+    for g, group in enumerate(kept):
+        seen: dict[tuple, int] = {}
+        for j, x in enumerate(group):
+            key = tuple(x.completion_ids)
+            if key in seen:
+                weights[seen[key]] += 1.0
+            else:
+                seen[key] = len(rows)
+                rows.append(x)
+                weights.append(1.0)
+                first.append(g * n + j)
+    n_rows = len(rows)
+    template = (rows or batch)[0]
+    filler = _Sample(template.prompt_ids, template.completion_ids[:1], None if template.sampling_logps is None
+                     else template.sampling_logps[:1], 0.0)
+    rows += [filler] * (len(batch) - n_rows)
+    weights += [0.0] * (len(batch) - n_rows)
+    return rows, weights, n_rows, first
+
+
 @dataclass
 class StageState:
     """Stage bookkeeping saved with every checkpoint (``brorl_checkpoint.json``)."""
@@ -227,6 +255,11 @@ class BroRLTrainer(GRPOTrainer):
                               round_prompts=s.round_prompts)
         samples = [x for group in ds.kept + ds.filler for x in group]
         n_kept = len(ds.kept) * n  # rows after that are filler: zero loss weight
+        weights = [1.0] * len(samples)
+        if s.merge_duplicates:
+            samples, weights, n_rows, first_index = merge_duplicate_rows(ds.kept, n, samples)
+        else:
+            n_rows = n_kept
 
         # tensors (prompts left-padded, completions right-padded), as TRL lays them out
         prompt_ids = pad([torch.tensor(x.prompt_ids) for x in samples], padding_value=self._tokenizer.pad_token_id,
@@ -237,14 +270,19 @@ class BroRLTrainer(GRPOTrainer):
                              padding_value=self._tokenizer.pad_token_id, padding_side="right").to(device)
         completion_mask = pad([torch.ones(len(x.completion_ids), dtype=torch.long) for x in samples],
                               padding_value=0, padding_side="right").to(device)
-        completion_mask[n_kept:] = 0
+        completion_mask[n_rows:] = 0
         advantages = torch.zeros(len(samples), device=device)
-        if n_kept:
+        if n_kept and s.merge_duplicates:
+            rewards = torch.tensor([x.reward for group in ds.kept for x in group], device=device)
+            adv = reinforce_pp_advantages(rewards, n)  # over the N rows of every kept group, then per distinct row
+            advantages[:n_rows] = adv[torch.tensor(first_index, device=device)]
+        elif n_kept:
             rewards = torch.tensor([x.reward for x in samples[:n_kept]], device=device)
             advantages[:n_kept] = reinforce_pp_advantages(rewards, n)
+        row_weights = torch.tensor(weights, dtype=torch.float32, device=device)
         out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
-               "completion_mask": completion_mask, "advantages": advantages,
-               "num_items_in_batch": completion_mask.sum()}
+               "completion_mask": completion_mask, "advantages": advantages, "row_weights": row_weights,
+               "num_items_in_batch": (completion_mask.float() * row_weights.unsqueeze(1)).sum()}
 
         # old / reference / engine log-probs of the kept batch (TRL's rules for when each is needed)
         ids = torch.cat([prompt_ids, completion_ids], dim=1)
@@ -257,8 +295,12 @@ class BroRLTrainer(GRPOTrainer):
                 out["old_per_token_logps"] = self._get_per_token_logps_and_entropies(
                     self.model, ids, attn, keep, batch_size=mb)[0]
             if self.beta != 0.0:
-                out["ref_per_token_logps"] = self._get_per_token_logps_and_entropies(
-                    self.ref_model, ids, attn, keep, batch_size=mb)[0]
+                real = n_rows if s.merge_duplicates else len(samples)  # merged: filler rows never reach the model
+                ref = self._get_per_token_logps_and_entropies(
+                    self.ref_model, ids[:real], attn[:real], keep, batch_size=mb)[0] if real else None
+                out["ref_per_token_logps"] = torch.zeros(completion_ids.shape, device=device) if ref is None else (
+                    torch.cat([ref, torch.zeros(len(samples) - real, ref.size(1), device=device)]) if real < len(samples)
+                    else ref)
             if use_is:
                 sampling = pad([torch.tensor([math.nan if v is None else v for v in x.sampling_logps])
                                 for x in samples], padding_value=0.0, padding_side="right").to(device)
@@ -269,22 +311,35 @@ class BroRLTrainer(GRPOTrainer):
         # per-step rollout metrics (TRL's `log` averages each list over the logging window = one step)
         rewards_all = torch.cat(all_rewards)
         generated = int(rewards_all.numel())
-        lengths = completion_mask[:n_kept].sum(dim=1).float()
+        lengths = completion_mask[:n_rows].sum(dim=1).float()
+        lengths = (lengths * row_weights[:n_rows]).sum() / row_weights[:n_rows].sum() if n_rows else lengths
         self.stage_state.generated_samples += generated
         self.last_rollout = {
             "reward_mean": rewards_all.mean().item(), "reward_std": rewards_all.std().item(),
             "dynamic_sampling_pass_rate": ds.pass_rate, "generation_rounds": ds.rounds,
             "generated_samples": generated, "kept_prompts": len(ds.kept), "kept_samples": n_kept,
-            "kept_reward_mean": float(np.mean([x.reward for x in samples[:n_kept]])) if n_kept else math.nan,
+            "kept_reward_mean": float(np.mean([x.reward for g in ds.kept for x in g])) if n_kept else math.nan,
             "response_length_mean": float(np.mean(all_lengths)), "truncated_fraction": truncated / generated,
             "kept_response_length": lengths.mean().item() if n_kept else math.nan,
-            "train_tokens": int(attn[:n_kept].sum()),
+            "train_tokens": int(attn[:n_rows].sum()), "train_rows": n_rows,
             "generation_seconds": timing["generation"],
             "generation_samples_per_s": generated / max(timing["generation"], 1e-9),
             "rollout_seconds": time.perf_counter() - t_start}
         for key, value in self.last_rollout.items():
             self._metrics["train"][key].append(value)
         return out
+
+    def _prepare_inputs(self, generation_batch):
+        if not (self.settings.merge_duplicates and self.model.training):
+            return super()._prepare_inputs(generation_batch)
+        # TRL's buffering without its row shuffle, so merged rows fill the first micro-batches and filler the last
+        # (skipped in _compute_loss); with one optimizer step per RL step the order does not change the update
+        from trl.trainer.utils import split_tensor_dict
+
+        if self._step % self.args.steps_per_generation == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            self._buffered_inputs = split_tensor_dict(batch, self.args.steps_per_generation)
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     # ----- grouped generation (the N rows of a group share one prompt: prefix tree or shared KV cache)
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -309,10 +364,15 @@ class BroRLTrainer(GRPOTrainer):
     # ----- loss: token-level clip-higher PPO + beta k2
     def _compute_loss(self, model, inputs):
         s = self.settings
+        if s.merge_duplicates and self.accelerator.num_processes == 1 and not inputs["completion_mask"].any():
+            # a micro-batch of filler rows only (merged rows come first): nothing to learn, skip the forward pass
+            return torch.zeros((), device=inputs["completion_mask"].device, requires_grad=True)
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         keep = inputs["completion_ids"].size(1)
         mask = inputs["completion_mask"].float()
+        if "row_weights" in inputs:  # merged rows stand for `weight` identical rows
+            mask = mask * inputs["row_weights"].unsqueeze(1)
         logp, entropy, _ = self._get_per_token_logps_and_entropies(model, ids, attn, keep, compute_entropy=True)
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old  # on-policy first mini-batch: r_t = 1, gradient A grad log pi

@@ -1,0 +1,140 @@
+"""The N-scaling study: its plan, config checks, exact held-out metrics and the verdict rule."""
+
+import copy
+
+import numpy as np
+import pytest
+import yaml
+
+from brorl.config import PROJECT_ROOT, ConfigError, load_config, validate_config
+from brorl.study import heldout as H
+from brorl.study.plan import BASE, arm_jobs, arm_spec, reference_n, stage_for, study_plan
+from brorl.study.report import compare
+from brorl.training.settings import RLSettings
+
+
+def study_cfg():
+    return yaml.safe_load((PROJECT_ROOT / "config/study.yaml").read_text())
+
+
+def test_study_profile_runs_the_issue_geometry():
+    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    rl, study = cfg["rl"], cfg["study"]
+    assert len(study["seeds"]) >= 3 and study["ns"] == [16, 64, 256, 512] and reference_n(study) == 16
+    assert set(study["ablations"]) == {"fewer_prompts", "fresh", "no_kl", "late_start", "lr_sqrt", "equal_time"}
+    base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
+    # equal generated samples per step and in total, one generation round (no refill), many prompts at N=512
+    assert {s.samples_per_step for s in base.values()} == {study["samples_per_step"]}
+    assert {s.sample_budget for s in base.values()} == {study["samples_per_step"] * study["steps"]}
+    assert all(s.max_rounds == 1 for s in base.values()) and base[512].prompts_per_step >= 32
+    # the other sections of the default profile are the same, so a study run reuses its data, SFT and ProRL stage
+    default = load_config(PROJECT_ROOT / "config/config.yaml")
+    assert {k: v for k, v in cfg.items() if k != "study"} == default
+    plan = study_plan(rl, study)
+    assert plan["fewer_prompts"] == {16: BASE, 512: "fewer_prompts"}  # only N=512 changes: N=16 is reused
+    assert all(plan[s] == {16: s, 512: s} for s in ("fresh", "no_kl", "late_start", "lr_sqrt", "equal_time"))
+    assert len(arm_jobs(rl, study)) == 4 + 1 + 5 * 2
+    assert arm_spec(rl, study, "fresh", 16)["pool"] == "fresh"
+    assert arm_spec(rl, study, "late_start", 512)["start"] == "late"
+    assert stage_for(rl, study, "no_kl", 512, 0)["beta"] == 0.0
+    timed = RLSettings.from_dict(stage_for(rl, study, "equal_time", 512, 0))
+    assert timed.time_budget_s == 90 and timed.sample_budget == 0 and timed.max_steps >= study["steps"]
+    fewer = RLSettings.from_dict(stage_for(rl, study, "fewer_prompts", 512, 0))
+    assert fewer.prompts_per_step == 8 and fewer.sample_budget == base[512].sample_budget
+
+
+def mutate(edit):
+    cfg = copy.deepcopy(study_cfg())
+    edit(cfg)
+    return cfg
+
+
+CASES = [
+    ("N does not divide the step", lambda c: c["study"].update(ns=[16, 48, 100]),
+     ["study: study.samples_per_step = 16384 is not a multiple of N = 48", "samples_per_step % N == 0"]),
+    ("unknown axis", lambda c: c["study"]["ablations"].update(wide={"prompt_count": 3}),
+     ["study.ablations.wide.prompt_count", "unknown key"]),
+    ("bad pool", lambda c: c["study"]["ablations"].update(wide={"pool": "huge"}),
+     ["study.ablations.wide.pool", "enum"]),
+    ("prompts for an N that does not run", lambda c: c["study"]["ablations"].update(
+        wide={"prompts_per_step": {"64": 8}}), ["study.ablations.wide.prompts_per_step.64", "not among"]),
+    ("no larger N", lambda c: c["study"]["ablations"].update(small={"ns": [16]}),
+     ["study.ablations.small.ns", "no N above the reference N = 16"]),
+    ("impossible stage", lambda c: c["study"]["ablations"].update(clip={"settings": {"epsilon_low": 1.5}}),
+     ["study.ablations.clip (N=16)", "epsilon_low", "RLSettings"]),
+    ("N below 2", lambda c: c["study"].update(ns=[1, 16]), ["study.ns", "minimum"]),
+    ("a setting named base", lambda c: c["study"]["ablations"].update(base={}), ["study.ablations", "base"]),
+    ("no rl section", lambda c: c.pop("rl"), ["study: needs the `rl` section"]),
+]
+
+
+@pytest.mark.parametrize("name,edit,expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_study_config_names_the_key_before_any_job(name, edit, expected):
+    with pytest.raises(ConfigError) as err:
+        validate_config(mutate(edit))
+    for fragment in expected:
+        assert fragment in str(err.value)
+
+
+def test_time_budget_is_validated():
+    with pytest.raises(ValueError, match="time_budget_s"):
+        RLSettings(time_budget_s=-1, steps=3)
+    assert RLSettings(time_budget_s=5.0, steps=3).time_budget_s == 5.0
+
+
+def test_exact_pass_at_k_and_histogram():
+    p = np.array([0.0, 0.001, 0.03, 0.5, 1.0])
+    assert H.pass_at_k(p, 1) == pytest.approx(p.mean())
+    assert H.pass_at_k(np.array([0.5]), 2) == pytest.approx(0.75)
+    # the exact value is the limit of the unbiased estimator from samples
+    rng = np.random.default_rng(0)
+    draws = rng.random((20000, p.size)) < p
+    assert H.pass_at_k(p, 4) == pytest.approx(np.mean(draws[:4 * 5000].reshape(5000, 4, -1).any(axis=1)), abs=0.01)
+    hist = H.histogram(p)
+    assert sum(hist.values()) == pytest.approx(1.0)
+    assert hist["zero"] == pytest.approx(2 / 5) and hist["(1/64,1/16]"] == pytest.approx(1 / 5)
+
+
+def test_metrics_against_the_start_model():
+    start = {"p": np.array([0.01, 0.5, 0.2]), "task": np.array(["add", "add", "multiple"]),
+             "ids": np.array(["a", "b", "m"]), "answer_probs": np.array([0.1, 0.05, 0.05])}
+    end = {**start, "p": np.array([0.04, 0.6, 0.3]), "answer_probs": np.array([0.2, 0.04, 0.06])}
+    out = H.metrics(end, start, ks=(1, 4))
+    assert out["all"]["prompts"] == 3 and out["add"]["prompts"] == 2
+    assert out["all"]["mean_at_k"] == pytest.approx(end["p"].mean())
+    assert {"pass@1", "pass@4", "pass@16", "pass@256"} <= set(out["all"])
+    assert out["tail"] == {"prompts": 1, "q_pos_start": 0.01, "q_pos_end": 0.04}
+    assert out["probes"]["frac_correct_improved"] == pytest.approx(2 / 3)
+    assert out["probes"]["worst_correct_delta"] == pytest.approx(-0.01)
+    with pytest.raises(ValueError, match="different prompts"):
+        H.metrics({**end, "ids": np.array(["a", "b", "x"])}, start)
+
+
+def fake_arm(p_end, seeds=(0, 1, 2)):
+    out = []
+    for seed, p in zip(seeds, p_end):
+        p = np.asarray(p, float)
+        out.append({"seed": seed, "p_end": p, "dynamic_sampling_pass_rate": 0.5,
+                    "heldout": {"all": {"mean_at_k": float(p.mean()), "pass@256": float(H.pass_at_k(p, 256)),
+                                        "histogram": H.histogram(p)},
+                                "probes": {"frac_correct_improved": 0.5}}})
+    return out
+
+
+@pytest.mark.parametrize("shift,verdict", [(0.05, "won"), (-0.05, "lost"), (0.0, "tied")])
+def test_verdict_needs_a_significant_difference_and_every_seed(shift, verdict):
+    rng = np.random.default_rng(1)
+    ref = [rng.uniform(0.1, 0.8, 200) for _ in range(3)]
+    best = [np.clip(r + shift + rng.normal(0, 0.01, 200), 0, 1) for r in ref]
+    out = compare(fake_arm(best), fake_arm(ref))
+    assert out["verdict"] == verdict
+    assert len(out["seed_deltas"]) == 3
+
+
+def test_a_seed_that_disagrees_means_tied():
+    rng = np.random.default_rng(2)
+    ref = [rng.uniform(0.1, 0.8, 200) for _ in range(3)]
+    noise = lambda: rng.normal(0, 0.01, 200)  # noqa: E731
+    best = [r + 0.05 + noise() for r in ref[:2]] + [ref[2] - 0.01 + noise()]
+    out = compare(fake_arm(best), fake_arm(ref))
+    assert out["delta"] > 0 and out["p_two_sided"] < 0.05 and out["verdict"] == "tied"
