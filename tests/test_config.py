@@ -73,6 +73,50 @@ def test_invalid_config_names_key_and_rule(name, edit, expected):
         assert fragment in str(err.value)
 
 
+def paper():
+    return yaml.safe_load((PROJECT_ROOT / "config/paper.yaml").read_text())
+
+
+PAPER_RL_CASES = [
+    ("no start model", lambda c: c["rl"].pop("start_model"), ["rl.start_model", "required without rl.prorl"]),
+    ("start model not fetched", lambda c: c["rl"].update(start_model="sft"),
+     ["rl.start_model", "'sft' is not a fetched checkpoint"]),
+    ("ProRL stage without the tiny model", lambda c: c["rl"].update(prorl={"n_rollouts": 16, "prompts_per_step": 8}),
+     ["rl.start_model: the arms start from the ProRL stage", "checkpoints.fetch.prorl", "ProRL stage needs sft",
+      "rl.data"]),
+    ("no training data", lambda c: c["rl"].pop("data"), ["rl.data", "required without rl.prorl"]),
+    ("unknown data source", lambda c: c["rl"]["data"].update(sources=["deepscaler", "scp116k"]),
+     ["rl.data", "scp116k", "TrainDataSettings"]),
+    ("unknown accelerate config", lambda c: c["rl"]["launch"].update(accelerate_config="megatron"),
+     ["rl.launch.accelerate_config", "enum"]),
+]
+
+
+@pytest.mark.parametrize("name,edit,expected", PAPER_RL_CASES, ids=[c[0] for c in PAPER_RL_CASES])
+def test_paper_rl_section_is_checked_with_its_keys(name, edit, expected):
+    cfg = paper()
+    edit(cfg)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    for fragment in expected:
+        assert fragment in str(err.value)
+
+
+def test_paper_rl_section_carries_the_paper_arms():
+    rl = load_config(PROJECT_ROOT / "config/paper.yaml")["rl"]
+    from brorl.training.arms import plan
+    from brorl.training.settings import RLSettings
+    from brorl.training.trainer import learning_rate
+
+    arms = {name: RLSettings.from_dict(stages[0]) for name, stages in plan(rl).items()}
+    assert sorted(arms) == ["n16", "n512"] and rl["start_model"] == "prorl" and "prorl" not in rl
+    assert (arms["n16"].prompts_per_step, arms["n512"].prompts_per_step) == (512, 128)  # BroRL Table 1
+    assert arms["n512"].generation_engine == "vllm" and arms["n512"].vllm_importance_sampling
+    assert (arms["n512"].epsilon_low, arms["n512"].epsilon_high) == (0.2, 0.28)
+    assert arms["n512"].max_completion_length == 16384
+    assert learning_rate(arms["n512"]) / learning_rate(arms["n16"]) == pytest.approx(8 ** 0.5)  # sqrt rule
+
+
 def test_every_error_is_reported_at_once():
     def edit(c):
         c["theory"]["simulation"]["n_rollouts"] = [0]
@@ -134,10 +178,22 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    assert counts["benchmark_data"] == 13 and counts["evaluate"] == 2 * 13 and counts["fetch_checkpoint"] == 2
+    # models evaluated: the two fetched checkpoints and the two arms' final checkpoints (one seed)
+    assert counts["benchmark_data"] == 13 and counts["evaluate"] == 4 * 13 and counts["fetch_checkpoint"] == 2
     assert all(counts[f"paper_{name}"] == 1 for name in ("table1", "table3", "table5", "ttest", "figure1"))
     assert "results/eval/brorl-released/reasoning_gym.json" in proc.stdout
+    assert "results/eval/n512-seed0/aime24.json" in proc.stdout
     assert '"backend": "vllm"' in proc.stdout
+    # training: the paper data, both arms from the fetched ProRLv2 checkpoint (no ProRL stage), through brorl launch
+    assert counts["train_data"] == 1 and counts["train_arm"] == 2 and counts["train_summary"] == 1
+    assert "prorl_stage" not in counts and "difficulty" not in counts and "sft" not in counts
+    arms = [b for b in proc.stdout.split("\nrule ") if b.startswith("train_arm:")]
+    assert len(arms) == 2
+    for block in arms:
+        assert "input: resources/models/prorl.manifest.json, results/data/rl/deepscaler/train.jsonl" in block
+        assert "brorl launch --accelerate-config fsdp2 -- brorl train-arm" in block
+        assert "--init resources/models/prorl --data results/data/rl" in block
+        assert '"generation_engine": "vllm"' in block
 
 
 @pytest.mark.parametrize("profile", ["profiles/slurm", "profiles/local-gpu"])
@@ -151,8 +207,16 @@ def test_cluster_profiles_plan_the_paper_dag_with_resources_from_the_profile(pro
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     blocks = proc.stdout.split("\nrule ")
     evaluate = [b for b in blocks if b.startswith("evaluate:")]
-    assert len(evaluate) == 26 and all("gpu=1" in b for b in evaluate)
+    assert len(evaluate) == 52 and all("gpu=1" in b for b in evaluate)
+    train = [b for b in blocks if b.startswith("train_arm:")]
+    assert len(train) == 2
     if profile.endswith("slurm"):
         assert all("slurm_partition=gpu" in b for b in evaluate)
         assert "slurm_partition=cpu" in next(b for b in blocks if b.startswith("benchmark_data:"))
-    assert "gpu: 1" not in (PROJECT_ROOT / "workflow/rules/evaluation.smk").read_text()
+        # an arm: 8 nodes x 8 GPUs (BroRL's 64 H100s), one accelerate launcher per node via srun
+        assert all("nodes=8" in b and "gres=gpu:8" in b and "slurm_partition=gpu" in b for b in train)
+    else:  # the whole host (capped by --resources gpu=<GPUs>; this plan runs with the profile's gpu=1)
+        assert all("gpu=1" in b for b in train)
+    for rules in ("evaluation.smk", "training.smk"):
+        text = (PROJECT_ROOT / "workflow/rules" / rules).read_text()
+        assert "gpu: 1" not in text and "gres" not in text and "nodes=" not in text

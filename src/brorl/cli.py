@@ -238,6 +238,14 @@ def cmd_train_arm(args) -> int:
 
     rl = json.loads(args.config)
     stages = [prorl_settings(rl)] if args.arm == "prorl" else plan(rl, seed=args.seed)[args.arm]
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:  # under `brorl launch`: one MLflow run, from the main process
+        from brorl.training.arms import run_arm
+
+        run_arm(args.init, args.data, args.work, stages, args.model_out, args.results, arm=args.arm,
+                seed=args.seed, progress=False)
+        return 0
     _train_and_log(args, stages)
     return 0
 
@@ -337,6 +345,13 @@ def cmd_train_data(args) -> int:
             mlflow.set_tag(f"{name}/commit", str(info["commit"]))
         mlflow.log_artifact(str(Path(args.out) / MARKER))
     return 0
+
+
+def cmd_launch(args) -> int:
+    """Start a command under accelerate (one node) or srun + accelerate per node (SLURM); see brorl.training.launch."""
+    from brorl.training.launch import main as launch_main
+
+    return launch_main(args)
 
 
 def cmd_train_summary(args) -> int:
@@ -609,6 +624,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="results/data/rl: <source>/{train,validation}.jsonl + train_data.json")
     p.add_argument("--cache", default="resources/data/rl", help="raw snapshots and converted records")
     p.set_defaults(func=cmd_train_data)
+
+    p = sub.add_parser("launch", help="run a command on every GPU: accelerate launch (one node) or srun per node")
+    from brorl.training.launch import add_arguments as _launch_arguments
+
+    _launch_arguments(p)
+    p.set_defaults(func=cmd_launch)
 
     p = sub.add_parser("train-summary", help="results/train/summary.md over every arm and seed")
     _rule_args(p)

@@ -85,9 +85,7 @@ def cross_field_errors(config: dict) -> list[str]:
         from brorl.training.arms import plan_errors
 
         errors += plan_errors(config["rl"])
-        if "prorl" in (config.get("checkpoints", {}).get("fetch") or {}):
-            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output when `rl` "
-                          "is set; fetch the hub checkpoint under another name [rule: one writer per folder]")
+        errors += _rl_start_errors(config)
     if isinstance(config.get("study"), dict):
         from brorl.study.plan import study_errors
 
@@ -109,6 +107,46 @@ def cross_field_errors(config: dict) -> list[str]:
             if name not in (config.get("checkpoints", {}).get("fetch") or {}):
                 errors.append(f"evaluation.models[{i}]: {name!r} is not a fetched checkpoint "
                               "(checkpoints.fetch) [rule: evaluated models exist]")
+    return errors
+
+
+def _rl_start_errors(config: dict) -> list[str]:
+    """Where the arms start: the ProRL stage trained here (``rl.prorl``, tiny profile: from the SFT model on the
+    tiny tasks) or a fetched checkpoint named by ``rl.start_model`` (paper profile: no ProRL stage, the paper
+    training data of ``rl.data``). Exactly one of the two."""
+    rl, errors = config["rl"], []
+    fetch = config.get("checkpoints", {}).get("fetch") or {}
+    start = rl.get("start_model")
+    if "prorl" in rl:
+        if start is not None:
+            errors.append("rl.start_model: the arms start from the ProRL stage when rl.prorl is set; set one of "
+                          "rl.prorl (train it here) and rl.start_model (a fetched checkpoint) [rule: one start model]")
+        if "prorl" in fetch:
+            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output when "
+                          "rl.prorl is set; fetch the hub checkpoint under another name [rule: one writer per folder]")
+        if "sft" not in config:
+            errors.append("rl.prorl: the ProRL stage trains from the SFT model on the tiny tasks (`sft`, `tasks`); "
+                          "without them set rl.start_model to a fetched checkpoint instead [rule: ProRL stage needs sft]")
+        if "data" in rl:
+            errors.append("rl.data: the paper training data is for arms that start from a fetched checkpoint "
+                          "(rl.start_model); the ProRL stage and its arms train on the tiny tasks [rule: rl.data with start_model]")
+    else:
+        if start is None:
+            errors.append("rl.start_model: required without rl.prorl: name the fetched checkpoint "
+                          "(checkpoints.fetch) the arms start from [rule: one start model]")
+        elif start not in fetch:
+            errors.append(f"rl.start_model: {start!r} is not a fetched checkpoint (checkpoints.fetch: "
+                          f"{', '.join(fetch) or 'none'}) [rule: start model is fetched]")
+        if "data" not in rl:
+            errors.append("rl.data: required without rl.prorl: the arms train on the paper data "
+                          "(brorl.training.paper_data) [rule: rl.data with start_model]")
+        else:
+            from brorl.training.paper_data import TrainDataSettings
+
+            try:
+                TrainDataSettings.from_dict(rl["data"])
+            except (TypeError, ValueError) as err:
+                errors.append(f"rl.data: {err} [rule: brorl.training.paper_data.TrainDataSettings]")
     return errors
 
 

@@ -5,8 +5,9 @@
 EVAL = "evaluation" in config
 EVAL_MODELS = {}
 if EVAL:
-    if TRAIN:
+    if PRORL_STAGE:  # (paper profile: the start checkpoint is a fetched one, listed in evaluation.models)
         EVAL_MODELS["prorl"] = "resources/models/prorl"
+    if TRAIN:
         EVAL_MODELS.update({f"{arm}-seed{seed}": f"resources/checkpoints/{arm}/seed{seed}"
                             for arm in ARMS for seed in SEEDS})
     EVAL_MODELS.update({name: f"resources/models/{name}" for name in config["evaluation"].get("models", [])})

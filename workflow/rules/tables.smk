@@ -97,7 +97,7 @@ if TABLES_ON:
             "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
             " --tracking {params.tracking:q} --name figure3 --source {input} --png {output} 2>&1 | tee {log}"
 
-THROUGHPUT = "throughput" in config and (TRAIN or "prorl" in FETCH)
+THROUGHPUT = "throughput" in config and (PRORL_STAGE or "prorl" in FETCH)
 THROUGHPUT_OUTPUTS = ["results/tables/throughput.csv", "results/tables/throughput.md",
                       "results/figures/throughput.png"] if THROUGHPUT else []
 if THROUGHPUT:
@@ -105,7 +105,7 @@ if THROUGHPUT:
     rule throughput_study:
         # The starting checkpoint: trained here (tiny) or fetched (paper; its manifest stands for the folder).
         input:
-            "resources/models/prorl" if TRAIN else "resources/models/prorl.manifest.json",
+            "resources/models/prorl" if PRORL_STAGE else "resources/models/prorl.manifest.json",
         output:
             csv="results/tables/throughput.csv",
             md="results/tables/throughput.md",

@@ -1,25 +1,77 @@
-# RL training (tiny profile): the ProRL saturation stage from the SFT model at N=16 (until the plateau rule
-# fires), then the arms n<N> and the chained `schedule` arm from it, each at the same generated-sample budget,
-# over the configured seeds. Stage work folders (resumable checkpoints) live in resources/work/ and survive a
-# killed job: rerunning the same `snakemake` command resumes there (profiles/default: rerun-incomplete).
-# The paper profile's training (fetched ProRL checkpoint, vLLM rollouts) comes with the cluster profiles.
+# RL training. Tiny profile (`rl.prorl`): the ProRL saturation stage from the SFT model at N=16 (until the
+# plateau rule fires), then the arms n<N> and the chained `schedule` arm from it, on the tiny tasks. Paper
+# profile (`rl.start_model`, no `rl.prorl`): the arms start from a fetched checkpoint and train on the paper
+# data (train_data rule, brorl.training.paper_data), their processes started by `brorl launch` (accelerate,
+# one node or SLURM) with the config of `rl.launch`. Every arm gets the same generated-sample budget, over the
+# configured seeds. Stage work folders (resumable checkpoints) live in resources/work/ and survive a killed
+# job: rerunning the same `snakemake` command resumes there (profiles: rerun-incomplete).
 from brorl.training.arms import plan, stage_config
+from brorl.training.paper_data import TrainDataSettings
 
 TRAIN = "rl" in config
+PRORL_STAGE = TRAIN and "prorl" in config["rl"]  # else: the arms start from rl.start_model (fetched)
 ARMS = list(plan(config["rl"])) if TRAIN else []
 SEEDS = config["rl"]["arms"]["seeds"] if TRAIN else []
 ARM_RESULTS = [f"results/train/{arm}/seed{seed}" for arm in ARMS for seed in SEEDS]
 ARM_CHECKPOINTS = [f"resources/checkpoints/{arm}/seed{seed}" for arm in ARMS for seed in SEEDS]
 TRAIN_SUMMARY = ["results/train/summary.md", "results/train/summary.csv", "results/train/summary.png"] if TRAIN else []
-DIFFICULTY_PRORL = ["results/data/difficulty_prorl.csv", "results/data/difficulty_prorl.png"] if TRAIN else []
+DIFFICULTY_PRORL = ["results/data/difficulty_prorl.csv", "results/data/difficulty_prorl.png"] if PRORL_STAGE else []
 TRAIN_OUTPUTS = TRAIN_SUMMARY + DIFFICULTY_PRORL
 ARM_RESULTS_FILES = [f"{folder}/{name}" for folder in ARM_RESULTS for name in ("metrics.csv", "summary.json")] + (
-    ["results/train/prorl/metrics.csv", "results/train/prorl/summary.json"] if TRAIN else [])
-if TRAIN:
+    ["results/train/prorl/metrics.csv", "results/train/prorl/summary.json"] if PRORL_STAGE else [])
+# The arms' start model (the folder the stage reads) and what Snakemake waits for (a fetched folder's manifest).
+START_MODEL = "resources/models/prorl" if PRORL_STAGE else (
+    f"resources/models/{config['rl']['start_model']}" if TRAIN else None)
+START_INPUT = START_MODEL if PRORL_STAGE else f"{START_MODEL}.manifest.json"
+TRAIN_DATA_DIR = "results/data" if PRORL_STAGE else "results/data/rl"
+PAPER_TRAIN_DATA = (
+    [f"results/data/rl/{source}/{split}.jsonl" for source in TrainDataSettings.from_dict(config["rl"]["data"]).sources
+     for split in ("train", "validation")] + ["results/data/rl/train_data.json"]
+    if TRAIN and not PRORL_STAGE else []
+)
+TRAIN_DATA_FILES = TASK_FILES if PRORL_STAGE else PAPER_TRAIN_DATA
+# Paper profile: train_arm's processes through `brorl launch` (accelerate; srun per node under SLURM).
+ACCELERATE_CONFIG = config["rl"].get("launch", {}).get("accelerate_config", "fsdp2") if TRAIN else None
+TRAIN_ARM_SHELL = (
+    "OMP_NUM_THREADS={threads} brorl train-arm --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+    " --tracking {params.tracking:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
+    " --arm {wildcards.arm} --seed {wildcards.seed} --init {input.model} --data results/data"
+    " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
+    " --results results/train/{wildcards.arm}/seed{wildcards.seed} 2>&1 | tee {log}"
+    if PRORL_STAGE else
+    f"OMP_NUM_THREADS={{threads}} brorl launch --accelerate-config {ACCELERATE_CONFIG} --"
+    " brorl train-arm --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+    " --tracking {params.tracking:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
+    f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {START_MODEL} --data {TRAIN_DATA_DIR}"
+    " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
+    " --results results/train/{wildcards.arm}/seed{wildcards.seed} 2>&1 | tee {log}"
+)
+if PRORL_STAGE:
     MODEL_OUTPUTS.append("resources/models/prorl")
-    DATA_OUTPUTS += DIFFICULTY_PRORL
+DATA_OUTPUTS += DIFFICULTY_PRORL + PAPER_TRAIN_DATA
 
-if TRAIN:
+if PAPER_TRAIN_DATA:
+
+    rule train_data:
+        # The paper training data (ProRL v1 blend: DeepScaleR math, Eurus-2 code, Reasoning Gym) through the
+        # pinned fetch code (checkpoints.source: the hub or a local stand-in); raw snapshots in resources/data/rl.
+        output:
+            PAPER_TRAIN_DATA,
+        params:
+            rule_name="train_data",
+            cfg=as_json({"data": config["rl"]["data"], "source": config["checkpoints"]["source"]}),
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/data/train_data.log",
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "brorl train-data --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            " --tracking {params.tracking:q} --out results/data/rl --cache resources/data/rl 2>&1 | tee {log}"
+
+if PRORL_STAGE:
 
     rule prorl_stage:
         input:
@@ -46,10 +98,12 @@ if TRAIN:
             " --tracking {params.tracking:q} --arm prorl --init {input.model} --data results/data"
             " --work resources/work/prorl --model-out {output.model} --results results/train/prorl 2>&1 | tee {log}"
 
+if TRAIN:
+
     rule train_arm:
         input:
-            model="resources/models/prorl",
-            data=TASK_FILES,
+            model=START_INPUT,
+            data=TRAIN_DATA_FILES,
         output:
             model=directory("resources/checkpoints/{arm}/seed{seed}"),
             metrics="results/train/{arm}/seed{seed}/metrics.csv",
@@ -71,16 +125,12 @@ if TRAIN:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl train-arm --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
-            " --arm {wildcards.arm} --seed {wildcards.seed} --init {input.model} --data results/data"
-            " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
-            " --results results/train/{wildcards.arm}/seed{wildcards.seed} 2>&1 | tee {log}"
+            TRAIN_ARM_SHELL
 
     rule train_summary:
         input:
             [f"{folder}/summary.json" for folder in ARM_RESULTS],
-            prorl="results/train/prorl/summary.json",
+            ["results/train/prorl/summary.json"] if PRORL_STAGE else [],
         output:
             md="results/train/summary.md",
             csv="results/train/summary.csv",
@@ -98,4 +148,8 @@ if TRAIN:
         shell:
             "brorl train-summary --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
             " --tracking {params.tracking:q} --results results/train --prorl results/train/prorl"
+            " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"
+            if PRORL_STAGE else
+            "brorl train-summary --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            " --tracking {params.tracking:q} --results results/train"
             " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

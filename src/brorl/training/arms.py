@@ -171,6 +171,11 @@ def stage_tag(s: RLSettings, init_model_dir: Path) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
+def _mean(x: np.ndarray) -> float:
+    """Mean, NaN for no values (paper data has no exact probes) without numpy's empty-slice warning."""
+    return float(x.mean()) if x.size else math.nan
+
+
 def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path, stages: list[dict],
             model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
             progress: bool = True) -> dict:
@@ -204,8 +209,10 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
     z0, z1 = np.load(first / "probe_baseline.npz"), np.load(last / "probe_end.npz")
     q_start, q_end = z0["q_pos"], z1["q_pos"]
     tail = (q_start > TAIL_LO) & (q_start < TAIL_HI)
-    np.savez(results / "probe.npz", q_start=q_start, q_end=q_end, ids=z1["ids"])
-    _write_rows(results / "metrics.csv", rows, ARM_COLUMNS + METRIC_COLUMNS)
+    main = int(os.environ.get("RANK", "0")) == 0  # several processes (brorl launch): the main one writes
+    if main:
+        np.savez(results / "probe.npz", q_start=q_start, q_end=q_end, ids=z1["ids"])
+        _write_rows(results / "metrics.csv", rows, ARM_COLUMNS + METRIC_COLUMNS)
 
     gen_s = sum(r["generation_seconds"] or 0.0 for r in rows)
     generated = sum(r["generated_samples"] or 0.0 for r in rows)
@@ -222,11 +229,11 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
         "wall_time_s": wall0, "generation_seconds": gen_s,
         "generation_samples_per_s": generated / gen_s if gen_s else math.nan,
         "dynamic_sampling_pass_rate": kept_groups / generated_groups if generated_groups else math.nan,
-        "validation_pass1_start": float(q_start.mean()), "validation_pass1_end": float(q_end.mean()),
+        "validation_pass1_start": _mean(q_start), "validation_pass1_end": _mean(q_end),
         "tail_prompts": int(tail.sum()),
         "q_pos_tail_start": float(q_start[tail].mean()) if tail.any() else math.nan,
         "q_pos_tail_end": float(q_end[tail].mean()) if tail.any() else math.nan,
-        "zero_fraction_end": float((q_end <= TAIL_LO).mean()),
+        "zero_fraction_end": _mean(q_end <= TAIL_LO),
         "multi_frac_correct_improved": end.get("probe_frac_correct_improved"),
         "multi_worst_correct_delta": end.get("probe_worst_correct_delta"),
         "peak_rss_mb": max((x.get("peak_rss_mb") or 0.0) for x in summaries),
@@ -234,10 +241,16 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
         "stopped": [x["stopped"] for x in summaries], "plateau_step": summaries[-1].get("plateau_step"),
         "stage_summaries": summaries,
     }
-    _copy_folder(init, Path(model_out))
-    tmp = results / f"summary.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(summary, indent=1, default=float) + "\n")
-    os.replace(tmp, results / "summary.json")
+    if main:
+        _copy_folder(init, Path(model_out))
+        tmp = results / f"summary.json.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(summary, indent=1, default=float) + "\n")
+        os.replace(tmp, results / "summary.json")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch.distributed as torch_dist
+
+        if torch_dist.is_available() and torch_dist.is_initialized():
+            torch_dist.barrier()  # the outputs exist before any process returns
     if progress:
         print(f"[arm {arm} seed {seed}] done: validation pass@1 {summary['validation_pass1_start']:.4f} -> "
               f"{summary['validation_pass1_end']:.4f}, {summary['generated_samples']} samples, "

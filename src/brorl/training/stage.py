@@ -88,7 +88,7 @@ class Probes:
 
     def __init__(self, tokenizer, validation: list[dict], limit: int):
         by_task: dict[str, list[dict]] = {}
-        for r in validation:
+        for r in (r for r in validation if "reward" not in r):  # exact probes: tiny-task records only
             by_task.setdefault(r["task"], []).append(r)
         self.tok = tokenizer
         self.single = [r for t, rs in by_task.items() if not is_probe(t) for r in rs[:limit]]
@@ -172,6 +172,9 @@ def _stage_callback(trainer, s: RLSettings, csv_path: Path, probes: Probes, t_se
                 last_step = True
                 control.should_training_stop = True
             elapsed = trainer.stage_state.extra["elapsed_before"] + time.perf_counter() - t_session
+            if s.time_budget_s and trainer.accelerator.num_processes > 1:  # the main process's clock decides
+                elapsed = float(trainer.accelerator.gather(torch.tensor([elapsed], dtype=torch.float64,
+                                                                        device=trainer.accelerator.device))[0])
             if s.time_budget_s and not last_step and elapsed >= s.time_budget_s:
                 trainer.stage_state.extra["stopped"] = "time_budget"
                 log(f"time budget reached at step {rl_step}: {elapsed:.0f}s >= {s.time_budget_s:.0f}s")
@@ -205,6 +208,8 @@ def _stage_callback(trainer, s: RLSettings, csv_path: Path, probes: Probes, t_se
             if self.probe:
                 row.update({k: v for k, v in self.probe.items() if k in METRIC_COLUMNS})
                 self.probe = None
+            if not state.is_world_process_zero:
+                return  # one writer of metrics.csv and of the progress line
             new = not csv_path.exists()
             with open(csv_path, "a", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
@@ -277,7 +282,12 @@ def _number(v):
 # --------------------------------------------------------------------------------------- the stage
 
 def make_reward(records: list[dict], tokenizer):
-    """The verifiable reward: 1.0 iff the completion (special tokens kept, cut at eos) is a correct answer."""
+    """The verifiable reward: 1.0 iff the completion (special tokens kept, cut at eos) is a correct answer.
+    Paper training records (a ``reward`` kind) get :func:`brorl.training.paper_data.make_paper_reward`."""
+    from brorl.training.paper_data import is_paper_record, make_paper_reward
+
+    if records and is_paper_record(records[0]):
+        return make_paper_reward(records, tokenizer)
 
     def verify_answer(prompts, completions, completion_ids, record_index, **kwargs):
         texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=False)
@@ -329,7 +339,11 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     s = settings if isinstance(settings, RLSettings) else RLSettings.from_dict(settings)
     init_model_dir, data_dir, out = Path(init_model_dir), Path(data_dir), Path(out_dir)
-    log = (lambda msg: print(f"[rl] {msg}", flush=True)) if progress else (lambda msg: None)
+    from accelerate import PartialState
+
+    dist = PartialState(cpu=not torch.cuda.is_available())  # one process, or every process of `brorl launch`
+    main = dist.is_main_process
+    log = (lambda msg: print(f"[rl] {msg}", flush=True)) if progress and main else (lambda msg: None)
     out.mkdir(parents=True, exist_ok=True)
     key = _settings_key(s)
     settings_path, summary_path = out / "settings.json", out / "summary.json"
@@ -338,10 +352,11 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
         if old.get("key") != key or old.get("init_model_dir") != str(init_model_dir.resolve()):
             raise ValueError(f"{out} holds a stage run with other settings or another init model; "
                              "use a fresh out_dir")
-    else:
+    elif main:
         _atomic_write(settings_path, json.dumps({"key": key, "init_model_dir": str(init_model_dir.resolve()),
                                                  "data_dir": str(data_dir.resolve()), "settings": s.to_dict()},
                                                 indent=1, default=list))
+    dist.wait_for_everyone()
     if summary_path.exists() and (out / "model").exists():
         log(f"stage already done: {out}")
         return json.loads(summary_path.read_text())
@@ -380,11 +395,13 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
             trainer.stage_state.elapsed_s = state["elapsed_s"]
             trainer.stage_state.generated_samples = state["generated_samples"]
             trainer.stage_state.extra = dict(state.get("extra", {}))
-            _truncate_csv(csv_path, state["global_step"] // s.mini_batches)
+            if main:
+                _truncate_csv(csv_path, state["global_step"] // s.mini_batches)
             log(f"resuming from {resume} (step {state['global_step'] // s.mini_batches})")
-        else:
+        elif main:
             csv_path.unlink(missing_ok=True)
             shutil.rmtree(ckpt_dir, ignore_errors=True)  # only incomplete checkpoints can be there
+        dist.wait_for_everyone()
         trainer.stage_state.extra["elapsed_before"] = trainer.stage_state.elapsed_s
         trainer.remove_callback(PrinterCallback)  # its raw log dicts; the stage callback prints one line a step
         trainer.add_callback(_stage_callback(trainer, s, csv_path, probes, time.perf_counter(), log))
@@ -419,13 +436,16 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
         "probe_start": probe_start,
         "probe_end": {k: v for k, v in final_probe.items() if k.startswith("probe_")},
     }
-    save_model_folder(model, tokenizer, out / "model", extra={"training_info.json": summary})
-    opt_tmp = out / "model" / f"optimizer.pt.tmp{os.getpid()}"
-    shutil.copyfile(resume / "optimizer.pt", opt_tmp)
-    os.replace(opt_tmp, out / "model" / "optimizer.pt")
-    _atomic_write(summary_path, json.dumps(summary, indent=1, default=float) + "\n")
-    if not s.keep_checkpoints:
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    dist.wait_for_everyone()  # every process has read the checkpoint
+    if main:
+        save_model_folder(model, tokenizer, out / "model", extra={"training_info.json": summary})
+        opt_tmp = out / "model" / f"optimizer.pt.tmp{os.getpid()}"
+        shutil.copyfile(resume / "optimizer.pt", opt_tmp)
+        os.replace(opt_tmp, out / "model" / "optimizer.pt")
+        _atomic_write(summary_path, json.dumps(summary, indent=1, default=float) + "\n")
+        if not s.keep_checkpoints:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+    dist.wait_for_everyone()
     log(f"done: {summary['steps']} steps, {summary['generated_samples']} samples generated, pass rate "
         f"{summary['dynamic_sampling_pass_rate']:.3f}, {summary['wall_time_s']:.0f}s -> {out / 'model'}")
     return summary

@@ -43,6 +43,12 @@ What is built here, and why not on TRL's hooks:
   completion, the N draws split over next tokens by a multinomial: the same law as N iid samples), so its cost
   grows with the number of distinct completions, not with N (``benchmarks/bench_generation.py``).
 - **Optimizer hand-over** between stages (kept or reset), crash-safe checkpoint marking.
+- **Several processes** (``brorl launch``, accelerate): TRL sizes its generation batch per process and
+  normalises per process; here one RL step is ``prompts_per_step`` prompts over all processes
+  (:func:`distribute_batch`), each process fills its share by dynamic sampling in lockstep with the others
+  (refill draws keyed by the process index), and the REINFORCE++ batch statistics, the token normaliser, the
+  pass rate and the sample count (which the budget stop reads) are sums over all processes. On one process
+  every computation is the one above (``tests/test_multiprocess.py`` runs two CPU processes).
 """
 
 from __future__ import annotations
@@ -91,6 +97,47 @@ def reinforce_pp_advantages(rewards: torch.Tensor, n: int, eps: float = 1e-6) ->
     return (centred - centred.mean()) / (centred.std() + eps)
 
 
+def global_reinforce_pp_advantages(rewards: torch.Tensor, n: int, sum_across: Callable[[torch.Tensor], torch.Tensor],
+                                   eps: float = 1e-6) -> torch.Tensor:
+    """:func:`reinforce_pp_advantages` when the kept batch is spread over several processes: each holds whole
+    groups, so R~ is local; the batch mean and unbiased std of R~ come from the sums (count, sum, sum of squares,
+    float64) added over the processes by ``sum_across`` (every process must call it, with 0 rows too)."""
+    grouped = rewards.view(-1, n).double()
+    centred = (grouped - grouped.mean(dim=1, keepdim=True)).flatten() if grouped.numel() else grouped.flatten()
+    stats = sum_across(torch.stack([torch.tensor(float(centred.numel()), dtype=torch.float64, device=centred.device),
+                                    centred.sum(), (centred * centred).sum()]))
+    count, total, squares = stats.tolist()
+    if count < 2:
+        return torch.zeros_like(rewards)
+    mean = total / count
+    std = math.sqrt(max(squares - count * mean * mean, 0.0) / (count - 1))
+    return ((centred - mean) / (std + eps)).to(rewards.dtype)
+
+
+def distribute_batch(args, s: RLSettings, num_processes: int) -> None:
+    """Rescale TRL's per-process batch arguments so that one RL step is ``prompts_per_step`` prompts over *all*
+    processes (each generates and keeps ``prompts_per_step / P`` groups; BroRL's batch is global).
+
+    ``stage.grpo_config`` sizes the arguments for one process; TRL multiplies the generation batch by the
+    number of processes. With P > 1 this sets, per process: samples per step B / P, micro-batch the largest
+    divisor of the per-process mini-batch not above ``micro_batch_size``, gradient accumulation and
+    steps_per_generation to match (the number of optimizer steps per RL step stays ``mini_batches``)."""
+    if num_processes <= 1:
+        return
+    if s.prompts_per_step % num_processes:
+        raise ValueError(f"prompts_per_step = {s.prompts_per_step} must be divisible by the {num_processes} "
+                         "processes (each process generates and keeps an equal share of the step's groups)")
+    local = s.samples_per_step // num_processes
+    if local % s.mini_batches:
+        raise ValueError(f"{local} samples per process do not split into mini_batches = {s.mini_batches}")
+    mini = local // s.mini_batches
+    micro = max(d for d in range(1, min(mini, s.micro_batch_size) + 1) if mini % d == 0)
+    args.per_device_train_batch_size = micro
+    args.gradient_accumulation_steps = mini // micro
+    args.steps_per_generation = local // micro
+    args.generation_batch_size = micro * num_processes * args.steps_per_generation  # = samples_per_step
+
+
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, eps_low: float,
                       eps_high: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token PPO-clip loss -min(r A, clip(r, 1 - eps_low, 1 + eps_high) A) and the clipped-token masks."""
@@ -134,23 +181,31 @@ def refill_prompts(missing: int, passing: int, generated: int, cap: int) -> int:
 
 
 def dynamic_sampling(generate_round: Callable[[int, int], tuple[torch.Tensor, list]], needed: int,
-                     max_rounds: int, enabled: bool = True, round_prompts: int = 0) -> DynamicSamplingResult:
+                     max_rounds: int, enabled: bool = True, round_prompts: int = 0,
+                     sync: Callable[[int, int, int], tuple[int, int, int]] | None = None) -> DynamicSamplingResult:
     """DAPO dynamic sampling: call ``generate_round(r, prompts) -> (rewards [G, N], G groups)`` for r = 0, 1, ...
     until ``needed`` groups with signal are collected or ``max_rounds`` rounds have run; extra kept groups are
     discarded. Round 0 has ``needed`` prompts; refills ``round_prompts`` (DAPO: ``needed``) or, with 0, the
     :func:`refill_prompts` estimate, so that generated samples stay close to kept / pass rate (the ratio
-    BroRL Tables 1-2 imply). Disabled: one round, every group kept (the pass rate is still counted)."""
+    BroRL Tables 1-2 imply). Disabled: one round, every group kept (the pass rate is still counted).
+
+    Several processes (``sync``): each collects ``needed`` (its share) and ``sync(missing, generated, passing)``
+    returns (the largest missing count, generated and passing groups summed over the processes); every process
+    then runs the same rounds with the same refill size (the generation and reward calls are collective) until
+    no process misses a group; a process already full discards what it generates meanwhile."""
     kept, dropped, generated, passing, rounds = [], [], 0, 0, 0
+    sync = sync or (lambda missing, gen, ok: (missing, gen, ok))
+    missing, gen_all, pass_all = needed, 0, 0
     for rounds in range(1, (max_rounds if enabled else 1) + 1):
-        size = needed if rounds == 1 else (round_prompts or refill_prompts(needed - len(kept), passing, generated,
-                                                                            needed))
+        size = needed if rounds == 1 else (round_prompts or refill_prompts(missing, pass_all, gen_all, needed))
         rewards, groups = generate_round(rounds - 1, size)
         signal = group_has_signal(rewards).tolist()
         generated += len(groups)
         passing += sum(signal)
         for group, ok in zip(groups, signal):
             (kept if ok or not enabled else dropped).append(group)
-        if len(kept) >= needed:
+        missing, gen_all, pass_all = sync(max(needed - len(kept), 0), generated, passing)
+        if missing <= 0:
             break
     kept = kept[:needed]
     return DynamicSamplingResult(kept, dropped[: needed - len(kept)], rounds, generated, passing)
@@ -214,6 +269,8 @@ class BroRLTrainer(GRPOTrainer):
         self.init_optimizer = init_optimizer
         self.stage_state = StageState()
         self.last_rollout: dict = {}
+        if kwargs.get("args") is not None:  # one RL step = prompts_per_step prompts over all processes
+            distribute_batch(kwargs["args"], settings, kwargs["args"].world_size)
         super().__init__(*args, **kwargs)
 
     # ----- rollout: dynamic sampling over TRL's generation and reward calls
@@ -221,7 +278,7 @@ class BroRLTrainer(GRPOTrainer):
         if round_index == 0:
             return first  # TRL's RepeatSampler batch: prompts_per_step prompts, each repeated N times
         s = self.settings
-        rng = np.random.default_rng([s.seed, 7331, self.state.global_step, round_index])
+        rng = np.random.default_rng([s.seed, 7331, self.state.global_step, round_index, *self._rank_key()])
         picks = rng.choice(len(self.train_dataset), size=min(size, len(self.train_dataset)), replace=False)
         return [row for i in picks for row in [self.train_dataset[int(i)]] * self.num_generations]
 
@@ -236,7 +293,8 @@ class BroRLTrainer(GRPOTrainer):
         def generate_round(r, size):
             rows = self._round_rows(r, size, inputs)
             prompts = [x["prompt"] for x in rows]
-            self._sampler_seed = int(np.random.default_rng([s.seed, 4241, self.state.global_step, r]).integers(2**31))
+            self._sampler_seed = int(np.random.default_rng([s.seed, 4241, self.state.global_step, r,
+                                                            *self._rank_key()]).integers(2**31))
             # (the grouped sampler's seed for this round; TRL's HF path uses the restored torch RNG)
             t0 = time.perf_counter()
             prompt_ids, completion_ids, _, completions, logps, _, _, _ = self._generate(prompts)
@@ -246,13 +304,23 @@ class BroRLTrainer(GRPOTrainer):
             truncated += sum(1 for c in completion_ids if c[-1:] != [self.eos_token_ids[0]])
             per_func = self._calculate_rewards(rows, prompts, completions, completion_ids)
             rewards = (per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+            if self.accelerator.num_processes > 1:  # TRL gathers every process's rewards: keep this one's rows
+                rank = self.accelerator.process_index
+                rewards = rewards[rank * len(rows):(rank + 1) * len(rows)]
             all_rewards.append(rewards)
             samples = [_Sample(p, c, None if logps is None else logps[i], float(rw))
                        for i, (p, c, rw) in enumerate(zip(prompt_ids, completion_ids, rewards.tolist()))]
             return rewards.view(-1, n), [samples[g * n:(g + 1) * n] for g in range(len(samples) // n)]
 
-        ds = dynamic_sampling(generate_round, s.prompts_per_step, s.max_rounds, enabled=s.dynamic_sampling,
-                              round_prompts=s.round_prompts)
+        procs = self.accelerator.num_processes
+        sync = None
+        if procs > 1:
+            def sync(missing, generated, passing):
+                got = self.accelerator.gather(torch.tensor([[missing, generated, passing]], device=device)).view(-1, 3)
+                return int(got[:, 0].max()), int(got[:, 1].sum()), int(got[:, 2].sum())
+
+        ds = dynamic_sampling(generate_round, s.prompts_per_step // procs, s.max_rounds, enabled=s.dynamic_sampling,
+                              round_prompts=s.round_prompts, sync=sync)
         samples = [x for group in ds.kept + ds.filler for x in group]
         n_kept = len(ds.kept) * n  # rows after that are filler: zero loss weight
         weights = [1.0] * len(samples)
@@ -272,17 +340,25 @@ class BroRLTrainer(GRPOTrainer):
                               padding_value=0, padding_side="right").to(device)
         completion_mask[n_rows:] = 0
         advantages = torch.zeros(len(samples), device=device)
-        if n_kept and s.merge_duplicates:
-            rewards = torch.tensor([x.reward for group in ds.kept for x in group], device=device)
-            adv = reinforce_pp_advantages(rewards, n)  # over the N rows of every kept group, then per distinct row
-            advantages[:n_rows] = adv[torch.tensor(first_index, device=device)]
+        kept_rewards = torch.tensor([x.reward for g in ds.kept for x in g], device=device)
+        kept_adv = torch.zeros(n_kept, device=device)
+        if procs > 1:  # batch statistics over every process's kept groups (BroRL's global batch)
+            kept_adv = global_reinforce_pp_advantages(kept_rewards, n, self._sum_across)
         elif n_kept:
-            rewards = torch.tensor([x.reward for x in samples[:n_kept]], device=device)
-            advantages[:n_kept] = reinforce_pp_advantages(rewards, n)
+            kept_adv = reinforce_pp_advantages(kept_rewards, n)
+        if s.merge_duplicates:  # advantages over the N rows of every kept group, then one per distinct row
+            advantages[:n_rows] = kept_adv[torch.tensor(first_index, dtype=torch.long, device=device)]
+        else:
+            advantages[:n_kept] = kept_adv
         row_weights = torch.tensor(weights, dtype=torch.float32, device=device)
+        # the token normaliser counts the step's tokens on every process (TRL's convention; _compute_loss divides
+        # by the number of processes, and the gradient all-reduce averages); a merged row counts `weight` times
+        num_items = (completion_mask.float() * row_weights.unsqueeze(1)).sum()
+        if procs > 1:
+            num_items = self.accelerator.gather(num_items.reshape(1)).sum()
         out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids,
                "completion_mask": completion_mask, "advantages": advantages, "row_weights": row_weights,
-               "num_items_in_batch": (completion_mask.float() * row_weights.unsqueeze(1)).sum()}
+               "num_items_in_batch": num_items}
 
         # old / reference / engine log-probs of the kept batch (TRL's rules for when each is needed)
         ids = torch.cat([prompt_ids, completion_ids], dim=1)
@@ -311,23 +387,58 @@ class BroRLTrainer(GRPOTrainer):
         # per-step rollout metrics (TRL's `log` averages each list over the logging window = one step)
         rewards_all = torch.cat(all_rewards)
         generated = int(rewards_all.numel())
-        lengths = completion_mask[:n_rows].sum(dim=1).float()
-        lengths = (lengths * row_weights[:n_rows]).sum() / row_weights[:n_rows].sum() if n_rows else lengths
-        self.stage_state.generated_samples += generated
+        lengths = completion_mask[:n_rows].sum(dim=1).float() * row_weights[:n_rows]  # tokens per kept draw
         self.last_rollout = {
             "reward_mean": rewards_all.mean().item(), "reward_std": rewards_all.std().item(),
             "dynamic_sampling_pass_rate": ds.pass_rate, "generation_rounds": ds.rounds,
             "generated_samples": generated, "kept_prompts": len(ds.kept), "kept_samples": n_kept,
             "kept_reward_mean": float(np.mean([x.reward for g in ds.kept for x in g])) if n_kept else math.nan,
             "response_length_mean": float(np.mean(all_lengths)), "truncated_fraction": truncated / generated,
-            "kept_response_length": lengths.mean().item() if n_kept else math.nan,
+            "kept_response_length": lengths.sum().item() / n_kept if n_kept else math.nan,
             "train_tokens": int(attn[:n_rows].sum()), "train_rows": n_rows,
             "generation_seconds": timing["generation"],
             "generation_samples_per_s": generated / max(timing["generation"], 1e-9),
             "rollout_seconds": time.perf_counter() - t_start}
+        if procs > 1:  # the step's totals over every process (the sample budget stops all of them at once)
+            self.last_rollout.update(self._global_rollout(rewards_all, ds, n_kept, lengths, all_lengths,
+                                                          truncated, int(attn[:n_rows].sum()), n_rows))
+            generated = int(self.last_rollout["generated_samples"])
+        self.stage_state.generated_samples += generated
         for key, value in self.last_rollout.items():
             self._metrics["train"][key].append(value)
         return out
+
+    # ----- several processes: per-process draws, sums across processes
+    def _rank_key(self) -> list[int]:
+        """Extra RNG key of this process's refill draws and sampler seeds ([] on one process: unchanged draws)."""
+        return [self.accelerator.process_index] if self.accelerator.num_processes > 1 else []
+
+    def _sum_across(self, x: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum of a float64 tensor over the processes."""
+        return self.accelerator.gather(x.unsqueeze(0)).sum(dim=0)
+
+    def _global_rollout(self, rewards_all, ds, n_kept, lengths, all_lengths, truncated, train_tokens,
+                        train_rows):
+        kept_r = [x.reward for g in ds.kept for x in g]
+        r = rewards_all.double()
+        sums = self._sum_across(torch.tensor(
+            [r.numel(), r.sum().item(), (r * r).sum().item(), ds.generated_groups, ds.passing_groups, len(ds.kept),
+             n_kept, sum(kept_r), float(lengths.sum()), float(sum(all_lengths)), truncated, train_tokens, train_rows],
+            dtype=torch.float64, device=r.device)).tolist()
+        (count, total, squares, gen_groups, pass_groups, kept_groups, kept_samples, kept_sum, kept_len, all_len,
+         trunc, tokens, rows) = sums
+        # generation time of the step: the slowest process (the others wait for it at the next collective)
+        gen_s = float(self.accelerator.gather(torch.tensor([self.last_rollout["generation_seconds"]],
+                                                           dtype=torch.float64, device=r.device)).max())
+        mean = total / count
+        return {"reward_mean": mean, "reward_std": math.sqrt(max(squares - count * mean * mean, 0.0) / max(count - 1, 1)),
+                "dynamic_sampling_pass_rate": pass_groups / max(gen_groups, 1), "generated_samples": int(count),
+                "kept_prompts": int(kept_groups), "kept_samples": int(kept_samples),
+                "kept_reward_mean": kept_sum / kept_samples if kept_samples else math.nan,
+                "response_length_mean": all_len / count, "truncated_fraction": trunc / count,
+                "kept_response_length": kept_len / kept_samples if kept_samples else math.nan,
+                "train_tokens": int(tokens), "train_rows": int(rows), "generation_seconds": gen_s,
+                "generation_samples_per_s": count / max(gen_s, 1e-9)}
 
     def _prepare_inputs(self, generation_batch):
         if not (self.settings.merge_duplicates and self.model.training):
@@ -412,15 +523,18 @@ class BroRLTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)  # model, optimizer, scheduler, RNG, trainer_state (data position)
-        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
-        state = {"global_step": self.state.global_step, "elapsed_s": self.stage_state.elapsed_s,
-                 "generated_samples": self.stage_state.generated_samples, "extra": self.stage_state.extra}
-        tmp = folder / (CHECKPOINT_DONE + ".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        os.replace(tmp, folder / CHECKPOINT_DONE)
-        for old in folder.parent.glob("checkpoint-*"):  # keep only the newest complete checkpoint
-            if old != folder and old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
+        self.accelerator.wait_for_everyone()  # every process has written its part (sharded optimizer, RNG)
+        if self.accelerator.is_main_process:  # one writer of the marker and of the clean-up
+            folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+            state = {"global_step": self.state.global_step, "elapsed_s": self.stage_state.elapsed_s,
+                     "generated_samples": self.stage_state.generated_samples, "extra": self.stage_state.extra}
+            tmp = folder / (CHECKPOINT_DONE + ".tmp")
+            tmp.write_text(json.dumps(state, indent=1))
+            os.replace(tmp, folder / CHECKPOINT_DONE)
+            for old in folder.parent.glob("checkpoint-*"):  # keep only the newest complete checkpoint
+                if old != folder and old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
 
 
 def vllm_is_ratio(old_logps, sampling_logps, mask, mode: str, clip_min, clip_max) -> torch.Tensor:

@@ -1,0 +1,198 @@
+"""``brorl launch``: start a command on every GPU of the allocation through ``accelerate launch``.
+
+    brorl launch [--accelerate-config fsdp2|zero3|cpu|FILE] [--processes-per-node N] [--nodes N] -- brorl train-arm ...
+
+- **One node** (no SLURM allocation, or a one-node one): ``accelerate launch --config_file <cfg> --num_processes
+  <GPUs> --num_machines 1 ... -m brorl.cli train-arm ...`` (a ``brorl ...`` command becomes ``-m brorl.cli ...``,
+  a ``*.py`` script is passed as is, anything else with ``--no_python``).
+- **SLURM, several nodes** (``SLURM_JOB_ID`` and ``SLURM_JOB_NUM_NODES`` > 1): ``srun --nodes N --ntasks N
+  --ntasks-per-node 1 --kill-on-bad-exit=1 python -m brorl.training.launch --node ...``: one launcher per node,
+  which then runs ``accelerate launch`` with ``--num_machines N --machine_rank $SLURM_NODEID
+  --main_process_ip <first host of SLURM_JOB_NODELIST> --main_process_port <port>`` (``--num_processes`` is
+  the total over all nodes, as accelerate wants it).
+
+Processes per node: ``--processes-per-node``, else ``SLURM_GPUS_ON_NODE``, else the ids in
+``CUDA_VISIBLE_DEVICES``, else ``torch.cuda.device_count()``, else 2 for the ``cpu`` config (1 otherwise).
+The launcher ``exec``s the command, so signals from Snakemake or SLURM reach it; ``--dry-run`` prints the
+command as JSON instead (what the tests check). The accelerate configs live in ``workflow/accelerate/``; the
+``cpu`` one runs several CPU processes through accelerate's torchrun launcher (``--multi_gpu``: gloo, no GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from brorl.config import PROJECT_ROOT
+
+ACCELERATE_DIR = PROJECT_ROOT / "workflow" / "accelerate"
+CONFIGS = ("fsdp2", "zero3", "cpu")
+DEFAULT_PORT = 29500
+
+
+def accelerate_config_path(name_or_path: str) -> Path:
+    """``fsdp2`` -> ``workflow/accelerate/fsdp2.yaml``; a path is returned as is (it must exist)."""
+    path = ACCELERATE_DIR / f"{name_or_path}.yaml" if name_or_path in CONFIGS else Path(name_or_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"accelerate config {name_or_path!r}: no file {path} (named ones: {CONFIGS})")
+    return path
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """SLURM's compact host list (``gpu[01-03,07],login5``) as host names, in order (what
+    ``scontrol show hostnames`` prints, for the forms SLURM writes: one bracket group per name)."""
+    hosts, i, n = [], 0, len(nodelist)
+    while i < n:
+        m = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?([^,]*)").match(nodelist, i)
+        if not m or m.end() == i:
+            raise ValueError(f"cannot parse SLURM node list {nodelist!r}")
+        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
+        if ranges is None:
+            hosts.append(prefix + suffix)
+        else:
+            for part in ranges.split(","):
+                lo, _, hi = part.partition("-")
+                if hi:
+                    width = len(lo)
+                    hosts += [f"{prefix}{k:0{width}d}{suffix}" for k in range(int(lo), int(hi) + 1)]
+                else:
+                    hosts.append(f"{prefix}{lo}{suffix}")
+        i = m.end() + 1  # skip the comma
+    return hosts
+
+
+def _count_gpus_env(env: Mapping[str, str]) -> int | None:
+    value = env.get("SLURM_GPUS_ON_NODE")
+    if value and value.isdigit():
+        return int(value)
+    per_node = env.get("SLURM_GPUS_PER_NODE")  # "8" or "h100:8"
+    if per_node:
+        tail = per_node.split(":")[-1].split("(")[0]
+        if tail.isdigit():
+            return int(tail)
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() not in ("", "-1"):
+        return len([d for d in visible.split(",") if d.strip()])
+    return None
+
+
+def processes_per_node(explicit: int | None, config: str, env: Mapping[str, str]) -> int:
+    if explicit:
+        return explicit
+    if config == "cpu":
+        return 2
+    found = _count_gpus_env(env)
+    if found is not None:
+        return found
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.device_count()
+    except ImportError:  # pragma: no cover
+        pass
+    return 1
+
+
+def slurm_nodes(env: Mapping[str, str]) -> int:
+    """Nodes of the SLURM allocation this runs in (1 outside SLURM)."""
+    if not env.get("SLURM_JOB_ID"):
+        return 1
+    value = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1"
+    return int(value) if value.isdigit() else 1
+
+
+def target_args(command: Sequence[str]) -> list[str]:
+    """What follows the accelerate options: ``-m brorl.cli ...`` for a ``brorl`` command, a script as is,
+    anything else with ``--no_python``."""
+    if not command:
+        raise ValueError("no command to launch (give it after `--`)")
+    head = Path(command[0]).name
+    if head == "brorl":
+        return ["-m", "brorl.cli", *command[1:]]
+    if head.endswith(".py"):
+        return list(command)
+    return ["--no_python", *command]
+
+
+def accelerate_command(command: Sequence[str], config: str, procs_per_node: int, *, num_machines: int = 1,
+                       machine_rank: int | str = 0, main_ip: str | None = None, port: int = DEFAULT_PORT,
+                       python: str = sys.executable) -> list[str]:
+    """The ``accelerate launch`` command line for one node."""
+    cfg = accelerate_config_path(config)
+    out = [python, "-m", "accelerate.commands.launch", "--config_file", str(cfg),
+           "--num_processes", str(procs_per_node * num_machines), "--num_machines", str(num_machines),
+           "--machine_rank", str(machine_rank), "--main_process_port", str(port)]
+    if num_machines > 1:
+        if not main_ip:
+            raise ValueError("several machines need the main process's address")
+        out += ["--main_process_ip", main_ip, "--rdzv_backend", "static", "--same_network"]
+    if config == "cpu" and procs_per_node * num_machines > 1:
+        # accelerate's --cpu picks its simple launcher (one process, or mpirun); the torchrun launcher gives
+        # N CPU processes on gloo (the config's use_cpu keeps them off any GPU)
+        out += ["--multi_gpu"]
+    return out + target_args(command)
+
+
+def plan(command: Sequence[str], config: str = "fsdp2", *, procs: int | None = None, nodes: int | None = None,
+         port: int = DEFAULT_PORT, node_step: bool = False, env: Mapping[str, str] | None = None,
+         python: str = sys.executable) -> list[str]:
+    """The command ``brorl launch`` execs, from its options and the environment (``env``: ``os.environ``).
+
+    ``node_step``: this process is the per-node launcher that ``srun`` started (rank from ``SLURM_NODEID``)."""
+    env = os.environ if env is None else env
+    n_nodes = nodes or slurm_nodes(env)
+    ppn = processes_per_node(procs, config, env)
+    if n_nodes == 1:
+        return accelerate_command(command, config, ppn, port=port, python=python)
+    if node_step:
+        rank = env.get("SLURM_NODEID") or env.get("SLURM_PROCID")
+        if rank is None:
+            raise RuntimeError("the per-node launcher runs under srun (SLURM_NODEID is not set)")
+        hosts = expand_nodelist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "")
+        if len(hosts) < n_nodes:
+            raise RuntimeError(f"SLURM_JOB_NODELIST names {len(hosts)} hosts for {n_nodes} nodes")
+        return accelerate_command(command, config, ppn, num_machines=n_nodes, machine_rank=int(rank),
+                                  main_ip=hosts[0], port=port, python=python)
+    if not env.get("SLURM_JOB_ID"):
+        raise RuntimeError(f"{n_nodes} nodes need a SLURM allocation (SLURM_JOB_ID is not set)")
+    return ["srun", f"--nodes={n_nodes}", f"--ntasks={n_nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            python, "-m", "brorl.training.launch", "--node", "--accelerate-config", config,
+            "--processes-per-node", str(ppn), "--nodes", str(n_nodes), "--main-port", str(port), "--", *command]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--accelerate-config", default="fsdp2",
+                   help=f"one of {CONFIGS} (workflow/accelerate/<name>.yaml) or an accelerate config file")
+    p.add_argument("--processes-per-node", type=int, default=None, help="default: the node's GPUs")
+    p.add_argument("--nodes", type=int, default=None, help="default: SLURM_JOB_NUM_NODES, or 1 outside SLURM")
+    p.add_argument("--main-port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--node", action="store_true", help=argparse.SUPPRESS)  # the per-node step under srun
+    p.add_argument("--dry-run", action="store_true", help="print the command as JSON instead of running it")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command (e.g. brorl train-arm ...)")
+
+
+def main(args: argparse.Namespace) -> int:
+    command = list(args.cmd)
+    if command and command[0] == "--":
+        command = command[1:]
+    argv = plan(command, args.accelerate_config, procs=args.processes_per_node, nodes=args.nodes,
+                port=args.main_port, node_step=args.node)
+    if args.dry_run:
+        print(json.dumps(argv))
+        return 0
+    print("[launch] " + " ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
+    os.execvp(argv[0], argv)
+    return 127  # pragma: no cover - exec does not return
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m brorl.training.launch")
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

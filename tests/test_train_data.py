@@ -1,0 +1,163 @@
+"""The paper profile's RL training data (brorl.training.paper_data): pinned fetch from local stand-ins of the
+hub, Reasoning Gym generation, splits the stage reads, and the reward the stage trains on. No network."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from brorl.fetch import write_local_snapshot
+from brorl.tasks.core import read_split
+from brorl.training import paper_data
+
+COMMIT = "3" * 40
+SUM_TESTS = {"inputs": ["1 2\n", "2 2\n", "5 7\n"], "outputs": ["3\n", "4\n", "12\n"]}
+RG_TASKS = ["basic_arithmetic", "leg_counting"]
+MATH = [("What is $1 + 1$?", "2"), ("Simplify $\\frac{2}{4}$.", "\\frac{1}{2}"), ("What is $3 \\cdot 3$?", "9"),
+        ("What is $10 - 4$?", "6"), ("What is $2^5$?", "32")]
+
+
+def _parquet(rows: list[dict]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buf)
+    return buf.getvalue()
+
+
+def _prime_row(i: int, ability: str, ground_truth: str) -> dict:
+    return {"data_source": "apps" if ability == "code" else "numina_olympiads", "ability": ability,
+            "prompt": [{"role": "system", "content": "PRIME's action prompt"},
+                       {"role": "user", "content": f"Problem {i}: read two integers and print their sum."}],
+            "reward_model": {"style": "rule", "ground_truth": ground_truth}, "extra_info": {"index": i}}
+
+
+def hub(root: Path) -> Path:
+    write_local_snapshot(root, "agentica-org/DeepScaleR-Preview-Dataset", "main", COMMIT,
+                         {"deepscaler.json": json.dumps([{"problem": p, "answer": a, "solution": "..."}
+                                                         for p, a in MATH]).encode(),
+                          "README.md": b"stand-in\n"}, repo_type="dataset")
+    rows = [_prime_row(i, "code", json.dumps(SUM_TESTS)) for i in range(4)] + [_prime_row(9, "math", "2")]
+    write_local_snapshot(root, "PRIME-RL/Eurus-2-RL-Data", "main", COMMIT,
+                         {"train.parquet": _parquet(rows), "validation.parquet": b"not fetched"},
+                         repo_type="dataset")
+    return root
+
+
+SETTINGS = {"validation_per_source": 1, "reasoning_gym_samples_per_task": 3, "reasoning_gym_tasks": RG_TASKS}
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train-data")
+    source = hub(root / "hub")
+    marker = paper_data.prepare_train_data(root / "data", SETTINGS, source=source, cache_dir=root / "cache")
+    return {"root": root, "data": root / "data", "marker": marker, "source": source}
+
+
+def test_splits_in_the_layout_the_stage_reads(prepared):
+    data, marker = prepared["data"], prepared["marker"]
+    assert paper_data.is_paper_data(data)
+    assert sorted(marker["sources"]) == ["deepscaler", "eurus2_code", "reasoning_gym"]
+    counts = {k: (v["n_train"], v["n_validation"]) for k, v in marker["sources"].items()}
+    # 5 math problems, 4 code rows (the maths row of the code file is not ability=code), 2 RG tasks x 3 items
+    assert counts == {"deepscaler": (4, 1), "eurus2_code": (3, 1), "reasoning_gym": (5, 1)}
+    assert marker["sources"]["deepscaler"]["commit"] == COMMIT and "scp116k" in marker["left_out"]
+    train, validation = read_split(data, "train"), read_split(data, "validation")
+    assert len(train) == 12 and len(validation) == 3
+    ids = {r["id"] for r in train}
+    assert not ids & {r["id"] for r in validation}
+    for r in train + validation:
+        assert r["task"] in paper_data.TRAIN_SOURCES and r["reward"] in paper_data.REWARD_KINDS
+        assert r["prompt"] and "benchmark" not in r
+    math = [r for r in train if r["task"] == "deepscaler"]
+    assert all(r["prompt"].endswith("\\boxed{}.") and r["answer"] for r in math)
+    code = [r for r in train if r["task"] == "eurus2_code"]
+    assert all(json.loads(r["tests"]) == SUM_TESTS and "```python" in r["prompt"] for r in code)
+    rg = [r for r in train if r["task"] == "reasoning_gym"]
+    assert {r["rg_task"] for r in rg} <= set(RG_TASKS) and all(r["entry"] for r in rg)
+
+
+def test_rerun_verifies_and_splits_are_stable(prepared):
+    root = prepared["root"]
+    before = (prepared["data"] / "deepscaler" / "train.jsonl").read_bytes()
+    again = paper_data.prepare_train_data(root / "data2", SETTINGS, source=prepared["source"],
+                                          cache_dir=root / "cache")
+    assert (root / "data2" / "deepscaler" / "train.jsonl").read_bytes() == before
+    assert again["sources"]["deepscaler"]["raw_sha256"] == prepared["marker"]["sources"]["deepscaler"]["raw_sha256"]
+
+
+def test_settings_are_validated():
+    with pytest.raises(ValueError, match="scp116k"):
+        paper_data.TrainDataSettings.from_dict({"sources": ["scp116k"]})
+    with pytest.raises(ValueError, match="unknown rl.data keys"):
+        paper_data.TrainDataSettings.from_dict({"validation": 3})
+    with pytest.raises(ValueError, match="not hub sources"):
+        paper_data.TrainDataSettings.from_dict({"revisions": {"reasoning_gym": "abc"}})
+
+
+def _fenced(code: str) -> str:
+    return f"<think>a plan</think>\n```python\n{code}\n```"
+
+
+def test_paper_rewards_use_the_benchmark_scorers(prepared):
+    train = read_split(prepared["data"], "train")
+    math = next(r for r in train if r["task"] == "deepscaler")
+    code = next(r for r in train if r["task"] == "eurus2_code")
+    rg = next(r for r in train if r["task"] == "reasoning_gym")
+    correct = _fenced("a, b = map(int, input().split())\nprint(a + b)")
+    partial = _fenced("a, b = map(int, input().split())\nprint(a + b if a != 5 else 0)")
+    records = [math, math, code, code, code, rg, rg]
+    completions = [f"<think>easy</think> The answer is $\\boxed{{{math['answer']}}}$.", "\\boxed{-7}",
+                   correct, partial, "no code", f"<answer>{rg['answer']}</answer>", "<answer>surely wrong</answer>"]
+    scores = paper_data.paper_rewards(records, completions)
+    assert scores[:2] == [1.0, 0.0]
+    assert scores[2] == 1.0 and abs(scores[3] - 2 / 3) < 1e-9 and scores[4] == 0.0  # code: fraction of tests
+    assert scores[5] == 1.0 and scores[6] < 1.0
+    with pytest.raises(ValueError, match="no paper reward kind"):
+        paper_data.paper_rewards([{"id": "tiny", "answer": "3"}], ["3"])
+
+
+class _Tok:
+    eos_token_id = 0
+
+    def batch_decode(self, ids, skip_special_tokens=True):
+        return ["".join(chr(i) for i in row if i != 0) for row in ids]
+
+
+def test_trl_reward_decodes_and_zeroes_truncated_completions(prepared):
+    math = next(r for r in read_split(prepared["data"], "train") if r["task"] == "deepscaler")
+    text = f"\\boxed{{{math['answer']}}}"
+    ids = [ord(c) for c in text]
+    reward = paper_data.make_paper_reward([math], _Tok())
+    assert reward(None, None, [ids + [0], ids, ids[:3]], [0, 0, 0]) == [1.0, 0.0, 0.0]
+    keep = paper_data.make_paper_reward([math], _Tok(), truncated_reward=None)
+    assert keep(None, None, [ids], [0]) == [1.0]
+
+
+@pytest.mark.slow
+def test_an_arm_trains_on_paper_data_with_the_paper_reward(prepared, tmp_path):
+    """run_arm on the paper data with the paper reward (CPU, a tiny model): make_reward dispatches paper records to
+    paper_data.make_paper_reward and the exact probes skip them."""
+    from brorl.models import train_sft
+    from brorl.tasks import write_splits
+    from brorl.training import arms
+
+    tasks = {"tasks": ["add"], "train_size": 64, "validation_size": 8, "test_size": 8, "probe_train_size": 8,
+             "probe_validation_size": 8, "probe_test_size": 8, "seed": 5, "add_max_digits": 2}
+    sft = {"model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
+           "max_steps": 30, "batch_size": 64, "lr": 1e-2, "warmup_steps": 10, "eval_every": 30,
+           "select_target": 2.0, "max_seconds": 0, "checkpoint_every": 1000, "threads": 1, "log_every": 1000}
+    write_splits(tmp_path / "tiny", tasks)
+    train_sft(tmp_path / "tiny", tmp_path / "sft", sft, tasks, progress=False)
+    stages = [{"n_rollouts": 4, "prompts_per_step": 2, "steps": 2, "probe_every": 0, "checkpoint_every": 1,
+               "max_completion_length": 8, "micro_batch_size": 8, "eta0": 1e-3, "b0": 8, "max_rounds": 2,
+               "threads": 1}]
+    summary = arms.run_arm(tmp_path / "sft", prepared["data"], tmp_path / "work", stages, tmp_path / "model",
+                           tmp_path / "results", arm="n4", progress=False)
+    assert summary["steps"] == 2 and summary["generated_samples"] >= 16
+    assert (tmp_path / "model" / "config.json").exists() and (tmp_path / "results" / "metrics.csv").exists()
