@@ -57,16 +57,9 @@ def piece_model(work: Path, opts: dict) -> dict:
         return {"model": str(work / "model"), "detail": f"{repo}@{info['commit'][:12]} ({info['status']})"}
     if not opts["cpu"]:
         raise SystemExit("on the GPU give --model FOLDER or --hub REPO@REV")
-    from brorl.models import train_sft
-    from brorl.tasks import write_splits
+    from brorl.models.toy import toy_model
 
-    tasks = {"tasks": ["add"], "train_size": 64, "validation_size": 8, "test_size": 8, "probe_train_size": 8,
-             "probe_validation_size": 8, "probe_test_size": 8, "seed": 5, "add_max_digits": 2}
-    sft = {"model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
-           "max_steps": 60, "batch_size": 64, "lr": 1e-2, "warmup_steps": 10, "eval_every": 60,
-           "select_target": 2.0, "max_seconds": 0, "checkpoint_every": 1000, "threads": 2, "log_every": 1000}
-    write_splits(work / "tiny_tasks", tasks)
-    train_sft(work / "tiny_tasks", work / "model", sft, tasks, progress=False)
+    toy_model(work / "tiny_tasks", work / "model", max_steps=60, threads=2)
     return {"model": str(work / "model"), "detail": "tiny Llama (hidden 32, 2 layers) trained here"}
 
 

@@ -65,6 +65,34 @@ CASES = [
 ]
 
 
+def _study(edit):
+    """An edit of the N-scaling study's section (config/study.yaml adds only `study` to the tiny profile)."""
+    def apply(cfg):
+        cfg["study"] = yaml.safe_load((PROJECT_ROOT / "config/study.yaml").read_text())["study"]
+        edit(cfg)
+    return apply
+
+
+STUDY_CASES = [
+    ("N does not divide the step", lambda c: c["study"].update(ns=[16, 48, 100]),
+     ["study: study.samples_per_step = 16384 is not a multiple of N = 48", "samples_per_step % N == 0"]),
+    ("unknown axis", lambda c: c["study"]["ablations"].update(wide={"prompt_count": 3}),
+     ["study.ablations.wide.prompt_count", "unknown key"]),
+    ("bad pool", lambda c: c["study"]["ablations"].update(wide={"pool": "huge"}),
+     ["study.ablations.wide.pool", "enum"]),
+    ("prompts for an N that does not run", lambda c: c["study"]["ablations"].update(
+        wide={"prompts_per_step": {"64": 8}}), ["study.ablations.wide.prompts_per_step.64", "not among"]),
+    ("no larger N", lambda c: c["study"]["ablations"].update(small={"ns": [16]}),
+     ["study.ablations.small.ns", "no N above the reference N = 16"]),
+    ("impossible stage", lambda c: c["study"]["ablations"].update(clip={"settings": {"epsilon_low": 1.5}}),
+     ["study.ablations.clip (N=16)", "epsilon_low", "RLSettings"]),
+    ("N below 2", lambda c: c["study"].update(ns=[1, 16]), ["study.ns", "minimum"]),
+    ("a setting named base", lambda c: c["study"]["ablations"].update(base={}), ["study.ablations", "base"]),
+    ("no rl section", lambda c: c.pop("rl"), ["study: needs the `rl` section"]),
+]
+CASES += [(f"study: {name}", _study(edit), expected) for name, edit, expected in STUDY_CASES]
+
+
 @pytest.mark.parametrize("name,edit,expected", CASES, ids=[c[0] for c in CASES])
 def test_invalid_config_names_key_and_rule(name, edit, expected):
     with pytest.raises(ConfigError) as err:

@@ -118,16 +118,9 @@ def test_dynamic_sampling_in_lockstep_over_two_processes():
 @pytest.mark.slow
 def test_two_process_accelerate_launch_uses_global_batch_statistics(tmp_path):
     """A real `brorl launch --accelerate-config cpu` with 2 processes (gloo) of a tiny BroRLTrainer run."""
-    from brorl.models import train_sft
-    from brorl.tasks import write_splits
+    from brorl.models.toy import toy_model
 
-    tasks = {"tasks": ["add"], "train_size": 64, "validation_size": 8, "test_size": 8, "probe_train_size": 8,
-             "probe_validation_size": 8, "probe_test_size": 8, "seed": 5, "add_max_digits": 2}
-    sft = {"model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
-           "max_steps": 120, "batch_size": 64, "lr": 1e-2, "warmup_steps": 10, "eval_every": 60,
-           "select_target": 2.0, "max_seconds": 0, "checkpoint_every": 1000, "threads": 1, "log_every": 1000}
-    write_splits(tmp_path / "data", tasks)
-    train_sft(tmp_path / "data", tmp_path / "sft", sft, tasks, progress=False)
+    toy_model(tmp_path / "data", tmp_path / "sft", max_steps=120, eval_every=60)
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     out = tmp_path / "out"
@@ -176,15 +169,9 @@ def test_an_arm_runs_in_two_processes(tmp_path):
     """run_arm (the stage runner) under `brorl launch --accelerate-config cpu` with 2 processes: one metrics row
     per step, one final model, the same summary on both processes (the stage runner writes from the main process
     only)."""
-    from brorl.models import train_sft
-    from brorl.tasks import write_splits
-    tasks = {"tasks": ["add"], "train_size": 64, "validation_size": 8, "test_size": 8, "probe_train_size": 8,
-             "probe_validation_size": 8, "probe_test_size": 8, "seed": 5, "add_max_digits": 2}
-    sft = {"model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
-           "max_steps": 30, "batch_size": 64, "lr": 1e-2, "warmup_steps": 10, "eval_every": 30,
-           "select_target": 2.0, "max_seconds": 0, "checkpoint_every": 1000, "threads": 1, "log_every": 1000}
-    write_splits(tmp_path / "data", tasks)
-    train_sft(tmp_path / "data", tmp_path / "sft", sft, tasks, progress=False)
+    from brorl.models.toy import toy_model
+
+    toy_model(tmp_path / "data", tmp_path / "sft", max_steps=30)
     script = tmp_path / "arm_worker.py"
     script.write_text(ARM_WORKER)
     out = tmp_path / "out"

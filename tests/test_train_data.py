@@ -143,17 +143,10 @@ def test_trl_reward_decodes_and_zeroes_truncated_completions(prepared):
 def test_an_arm_trains_on_paper_data_with_the_paper_reward(prepared, tmp_path):
     """run_arm on the paper data with the paper reward (CPU, a tiny model): make_reward dispatches paper records to
     paper_data.make_paper_reward and the exact probes skip them."""
-    from brorl.models import train_sft
-    from brorl.tasks import write_splits
+    from brorl.models.toy import toy_model
     from brorl.training import arms
 
-    tasks = {"tasks": ["add"], "train_size": 64, "validation_size": 8, "test_size": 8, "probe_train_size": 8,
-             "probe_validation_size": 8, "probe_test_size": 8, "seed": 5, "add_max_digits": 2}
-    sft = {"model": {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64},
-           "max_steps": 30, "batch_size": 64, "lr": 1e-2, "warmup_steps": 10, "eval_every": 30,
-           "select_target": 2.0, "max_seconds": 0, "checkpoint_every": 1000, "threads": 1, "log_every": 1000}
-    write_splits(tmp_path / "tiny", tasks)
-    train_sft(tmp_path / "tiny", tmp_path / "sft", sft, tasks, progress=False)
+    toy_model(tmp_path / "tiny", tmp_path / "sft", max_steps=30)
     stages = [{"n_rollouts": 4, "prompts_per_step": 2, "steps": 2, "probe_every": 0, "checkpoint_every": 1,
                "max_completion_length": 8, "micro_batch_size": 8, "eta0": 1e-3, "b0": 8, "max_rounds": 2,
                "threads": 1}]
