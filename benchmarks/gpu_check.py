@@ -176,24 +176,12 @@ def piece_throughput(work: Path, opts: dict) -> dict:
                                   threads=2, progress=False)
         return {"detail": "; ".join(f"{r['engine']} N={r['n_rollouts']}: {r['samples_per_s']:.0f} samples/s"
                                     for r in rows), "rows": rows}
-    from vllm import LLM, SamplingParams  # GPU only (requirements-gpu.txt)
+    from brorl.training.throughput import measure_throughput
 
-    total = max(ns) * 4
-    llm = LLM(model=model, gpu_memory_utilization=0.5, max_model_len=2048 + opts["max_tokens"],
-              enable_prefix_caching=True, seed=0)
-    prompts = [llm.get_tokenizer().apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                       add_generation_prompt=True) for p, _ in MATH]
-    rows = []
-    for n in ns:
-        batch = [prompts[i % len(prompts)] for i in range(total // n)]
-        params = SamplingParams(n=n, temperature=1.0, max_tokens=opts["max_tokens"], seed=0)
-        t0 = time.perf_counter()
-        outs = llm.generate(batch, params, use_tqdm=False)
-        sec = time.perf_counter() - t0
-        tokens = sum(len(c.token_ids) for o in outs for c in o.outputs)
-        rows.append({"engine": "vllm", "n_rollouts": n, "samples": total, "seconds": sec,
-                     "samples_per_s": total / sec, "tokens_per_s": tokens / sec})
-    return {"detail": "; ".join(f"vllm N={r['n_rollouts']}: {r['samples_per_s']:.0f} samples/s, "
+    rows = measure_throughput(model, ns=ns, total=max(ns) * 4, engines=["vllm", "vllm_no_prefix_cache"], repeats=1,
+                              max_tokens=opts["max_tokens"], progress=False,
+                              vllm_args={"gpu_memory_utilization": 0.3, "max_model_len": 2048 + opts["max_tokens"]})
+    return {"detail": "; ".join(f"{r['engine']} N={r['n_rollouts']}: {r['samples_per_s']:.0f} samples/s, "
                                 f"{r['tokens_per_s']:.0f} tok/s" for r in rows), "rows": rows}
 
 

@@ -222,6 +222,8 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
         assert "brorl launch --accelerate-config fsdp2 -- brorl train-arm" in block
         assert "--init resources/models/prorl --data results/data/rl" in block
         assert '"generation_engine": "vllm"' in block
+    # the throughput study on the fetched checkpoint: vLLM's engine, prefix caching on and off
+    assert counts["throughput_study"] == 1 and '"engines": ["vllm", "vllm_no_prefix_cache"]' in proc.stdout
 
 
 @pytest.mark.parametrize("profile", ["profiles/slurm", "profiles/local-gpu"])
@@ -238,6 +240,7 @@ def test_cluster_profiles_plan_the_paper_dag_with_resources_from_the_profile(pro
     assert len(evaluate) == 52 and all("gpu=1" in b for b in evaluate)
     train = [b for b in blocks if b.startswith("train_arm:")]
     assert len(train) == 2
+    assert "gpu=1" in next(b for b in blocks if b.startswith("throughput_study:"))
     if profile.endswith("slurm"):
         assert all("slurm_partition=gpu" in b for b in evaluate)
         assert "slurm_partition=cpu" in next(b for b in blocks if b.startswith("benchmark_data:"))

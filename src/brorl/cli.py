@@ -407,7 +407,8 @@ def cmd_throughput(args) -> int:
     with _run(args):
         rows = measure_throughput(args.model, ns=cfg.get("ns", [16, 64, 128, 256, 512]), total=cfg.get("total", 8192),
                                   engines=cfg.get("engines", ["prefix_tree", "shared_prompt", "hf"]),
-                                  repeats=cfg.get("repeats", 1), threads=cfg.get("threads", 2))
+                                  repeats=cfg.get("repeats", 1), threads=cfg.get("threads", 2),
+                                  max_tokens=cfg.get("max_tokens", 0), vllm_args=cfg.get("vllm_args"))
         ratios = write_outputs(rows, args.csv, args.png, args.md, title=f", {args.profile} profile")
         for r in rows:
             mlflow.log_metric(f"samples_per_s/{r['engine']}", r["samples_per_s"], step=int(r["n_rollouts"]))

@@ -4,9 +4,11 @@ total number of samples, per generation engine.
 Each measurement runs ``BroRLTrainer._generate`` (the exact call the trainer times for
 ``generation_samples_per_s``: tokenize, sample, decode) on ``total / N`` prompts x N samples, so every N
 generates the same number of samples. Engines: ``prefix_tree`` (the trainer's default), ``shared_prompt``,
-``hf`` (TRL's ``model.generate`` on N repeated rows) on the CPU. TRL's vLLM path (GPU; prefix caching on / off
-is vLLM's ``enable_prefix_caching``) is not set up here yet and is refused rather than measured as HF. Used by the ``throughput_study``
-rule and by ``benchmarks/bench_generation.py``.
+``hf`` (TRL's ``model.generate`` on N repeated rows) on the CPU; on a GPU host ``vllm`` and
+``vllm_no_prefix_cache``: vLLM's offline engine (the one TRL's colocated rollouts run) with
+``SamplingParams(n=N)`` on ``total / N`` prompts, prefix caching on / off (BroRL Table 2's setting). The vLLM
+engines have not run here (no GPU): without vLLM they stop with what to install. Used by the
+``throughput_study`` rule, ``benchmarks/bench_generation.py`` and ``benchmarks/gpu_check.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+VLLM_ENGINES = {"vllm": True, "vllm_no_prefix_cache": False}
+"""vLLM engines of the study -> ``enable_prefix_caching``."""
 COLUMNS = ("n_rollouts", "prompts", "samples", "engine", "samples_per_s", "tokens_per_s", "mean_length",
            "seconds", "repeats", "threads")
 
@@ -25,8 +29,10 @@ COLUMNS = ("n_rollouts", "prompts", "samples", "engine", "samples_per_s", "token
 def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 128, 256, 512), total: int = 8192,
                        engines: Sequence[str] = ("prefix_tree", "shared_prompt", "hf"), repeats: int = 1,
                        threads: int = 2, chunk_samples: int = 1024, task: str = "add", seed: int = 99,
-                       progress: bool = True) -> list[dict]:
-    """One row per (N, engine): the best of ``repeats`` measurements of ``total`` samples (see module doc)."""
+                       max_tokens: int = 0, vllm_args: dict | None = None, progress: bool = True) -> list[dict]:
+    """One row per (N, engine): the best of ``repeats`` measurements of ``total`` samples (see module doc).
+    ``max_tokens``: new tokens per sample (0: the tiny task's answer length); ``vllm_args``: extra ``vllm.LLM``
+    arguments (memory share, context length)."""
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         os.environ.setdefault(key, "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -39,9 +45,6 @@ def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 12
     from brorl.training.stage import grpo_config
     from brorl.training.trainer import BroRLTrainer
 
-    if "vllm" in engines:
-        raise ValueError("engine 'vllm' needs TRL's vLLM generation (GPU, use_vllm), which the throughput study "
-                         "does not set up yet; measure prefix_tree / shared_prompt / hf")
     if total < max(ns):
         raise ValueError(f"total = {total} is smaller than the largest N = {max(ns)}: every N needs a prompt")
     torch.set_num_threads(threads)
@@ -49,10 +52,15 @@ def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 12
     records = generate_split(task, "train", max(total // n for n in ns), seed=seed,
                              partition_seed=TaskSettings().seed)
     prompts = [format_prompt(tok, r) for r in records]
-    length = max_new_tokens(TaskSettings(), [task])
+    length = max_tokens or max_new_tokens(TaskSettings(), [task])
+    rows = []
+    for engine in [e for e in engines if e in VLLM_ENGINES]:
+        rows += _vllm_rows(model_dir, engine, ns, total, prompts, length, repeats, seed, vllm_args or {}, progress)
+    engines = [e for e in engines if e not in VLLM_ENGINES]
+    if not engines:
+        return rows
     base = RLSettings(n_rollouts=min(ns), prompts_per_step=1, beta=0.0, chunk_samples=chunk_samples,
                       threads=threads)
-    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         trainer = BroRLTrainer(model=str(model_dir), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                                args=grpo_config(base, Path(tmp) / "out", length),
@@ -79,6 +87,38 @@ def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 12
                 if progress:
                     print(f"[throughput] N={n:4d} {engine:14s} {row['samples_per_s']:9.0f} samples/s "
                           f"{row['tokens_per_s']:9.0f} tokens/s", flush=True)
+    return rows
+
+
+def _vllm_rows(model_dir, engine: str, ns, total: int, prompts: list[str], length: int, repeats: int, seed: int,
+               vllm_args: dict, progress: bool) -> list[dict]:
+    """vLLM's offline engine at each N (prefix caching per :data:`VLLM_ENGINES`); untested here (no GPU)."""
+    try:
+        import torch
+        from vllm import LLM, SamplingParams
+    except ImportError as err:
+        raise RuntimeError(f"engine {engine!r} needs vLLM on a GPU host (pip install -r requirements-gpu.txt)") from err
+    llm = LLM(model=str(model_dir), enable_prefix_caching=VLLM_ENGINES[engine], seed=seed,
+              **{"gpu_memory_utilization": 0.4, **vllm_args})
+    rows = []
+    for n in ns:
+        batch = prompts[: total // n]
+        params = SamplingParams(n=n, temperature=1.0, max_tokens=length, seed=seed)
+        best_s, tokens = float("inf"), 0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            outs = llm.generate(batch, params, use_tqdm=False)
+            seconds = time.perf_counter() - t0
+            if seconds < best_s:
+                best_s, tokens = seconds, sum(len(c.token_ids) for o in outs for c in o.outputs)
+        samples = len(batch) * n
+        rows.append({"n_rollouts": n, "prompts": len(batch), "samples": samples, "engine": engine,
+                     "samples_per_s": samples / best_s, "tokens_per_s": tokens / best_s,
+                     "mean_length": tokens / samples, "seconds": best_s, "repeats": repeats, "threads": 0})
+        if progress:
+            print(f"[throughput] N={n:4d} {engine:20s} {rows[-1]['samples_per_s']:9.0f} samples/s", flush=True)
+    del llm
+    torch.cuda.empty_cache()
     return rows
 
 
