@@ -75,7 +75,7 @@ def project(tmp_path_factory):
     sh(GIT + ["add", "-A"], work)
     sh(GIT + ["commit", "-qm", "test copy"], work)
     sh(["dvc", "remote", "modify", "--local", "local", "url", str(remote)], work)
-    run = sh(["snakemake", "--cores", "2", "--configfile", CI_CONFIG], work)
+    run = sh(["snakemake", "--cores", "2", "--configfile", CI_CONFIG], work, timeout=2400)  # the whole toy DAG
     return {"root": root, "work": work, "remote": remote, "hub": hub, "files": files,
             "log": run.stdout + run.stderr}
 
