@@ -26,3 +26,20 @@ def eval_data(wildcards):
 
 def eval_data_dir(wildcards):
     return "results/data/benchmarks" if wildcards.benchmark in BENCH_FILES else "results/data"
+
+
+# The N-scaling study (study.smk): where an arm starts and which prompt pool it reads.
+def study_start(wildcards):
+    from brorl.study.plan import arm_spec
+
+    return STARTS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
+
+
+def study_pool(wildcards):
+    from brorl.study.plan import arm_spec
+
+    return POOLS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["pool"]]
+
+
+def study_pool_files(wildcards):
+    return TASK_FILES if study_pool(wildcards) == POOLS["fixed"] else STUDY_POOL_FILES

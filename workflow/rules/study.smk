@@ -1,7 +1,9 @@
 # The N-scaling study (config/study.yaml; README "The N-scaling study"): from the saturated ProRL checkpoint,
 # arms at equal generated samples per step and in total for N in study.ns and each ablation's N, over
 # study.seeds; held-out metrics per arm; results/study/summary.md. Each rule calls one `brorl` command.
-from brorl.study.plan import POOLS, STARTS, arm_jobs, dumps, fresh_pool_tasks, late_start_stage, stage_for
+import os
+
+from brorl.study.plan import POOLS, STARTS, arm_jobs, fresh_pool_tasks, late_start_stage, stage_for
 
 STUDY = "study" in config
 STUDY_CFG = config.get("study", {})
@@ -17,22 +19,6 @@ STUDY_POOL_FILES = [f"{POOLS['fresh']}/{task}/{split}.jsonl" for task in config.
 STUDY_OUTPUTS = STUDY_SUMMARY + STUDY_MODELS
 
 
-def study_start(wildcards):
-    from brorl.study.plan import arm_spec
-
-    return STARTS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
-
-
-def study_pool(wildcards):
-    from brorl.study.plan import arm_spec
-
-    return POOLS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["pool"]]
-
-
-def study_pool_files(wildcards):
-    return TASK_FILES if study_pool(wildcards) == POOLS["fixed"] else STUDY_POOL_FILES
-
-
 if STUDY:
 
     rule study_pool:
@@ -41,6 +27,7 @@ if STUDY:
         params:
             rule_name="study_pool",
             cfg=as_json(fresh_pool_tasks(config["tasks"], STUDY_CFG)),
+            out=lambda w, output: os.path.dirname(output[-1]),  # results/study/data_fresh
             tracking=TRACKING,
             profile=PROFILE,
         log:
@@ -50,7 +37,7 @@ if STUDY:
             "../envs/brorl.yaml"
         shell:
             "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule_name} --profile {params.profile}"
-            " --config {params.cfg:q} --tracking {params.tracking:q} --out {POOLS[fresh]} 2>&1 | tee {log}"
+            " --config {params.cfg:q} --tracking {params.tracking:q} --out {params.out} 2>&1 | tee {log}"
 
     rule study_start:
         input:

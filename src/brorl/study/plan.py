@@ -32,8 +32,6 @@ groups but does not refill), so generated samples per step are exactly equal acr
 
 from __future__ import annotations
 
-import json
-
 BASE = "base"
 POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh"}
 STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
@@ -156,7 +154,3 @@ def study_errors(config: dict) -> list[str]:
             errors.append(f"study.ablations.{setting}.ns: no N above the reference N = {ref} (the smallest of "
                           "study.ns) to compare [rule: larger N arm]")
     return list(dict.fromkeys(errors))
-
-
-def dumps(obj) -> str:
-    return json.dumps(obj, sort_keys=True)
