@@ -95,6 +95,13 @@ class RLSettings:
     """Lower bound on the engine ratio ([nemo] truncated_importance_sampling_ratio_min)."""
     vllm_is_max: float = 5.0
     """Upper bound on the engine ratio ([nemo] truncated_importance_sampling_ratio)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Share of GPU memory vLLM's colocated engine takes for weights and KV cache (TRL's default 0.3); the rest
+    is the trainer's."""
+    vllm_max_model_length: int = 0
+    """vLLM's context length (prompt + completion); 0: the model's own maximum."""
+    bf16: bool = False
+    """Train in bfloat16 mixed precision (GPU; the paper profile). False: fp32, as the CPU profiles."""
     max_completion_length: int = 0
     """New tokens per completion (0: ``brorl.tasks.max_new_tokens`` of the trained families)."""
     tasks: tuple[str, ...] = ()
@@ -172,6 +179,10 @@ class RLSettings:
             bad("vllm_is_mode", f"must be one of {VLLM_IS_MODES}")
         if not 0 <= self.vllm_is_min < self.vllm_is_max:
             bad("vllm_is_min", f"must lie in [0, vllm_is_max = {self.vllm_is_max})")
+        if not 0 < self.vllm_gpu_memory_utilization < 1:
+            bad("vllm_gpu_memory_utilization", "must lie in (0, 1)")
+        if self.vllm_max_model_length < 0:
+            bad("vllm_max_model_length", "must be >= 0")
         if self.max_completion_length < 0:
             bad("max_completion_length", "must be >= 0")
         if self.probe_every < 0:

@@ -323,9 +323,11 @@ def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
         loss_type="dapo", scale_rewards="none",  # advantages are computed in BroRLTrainer (REINFORCE++)
         max_steps=s.max_steps * s.mini_batches, logging_steps=s.mini_batches, save_strategy="steps",
         save_steps=s.checkpoint_every * s.mini_batches, save_total_limit=None, report_to="none",
-        seed=s.seed, data_seed=s.seed, bf16=False, fp16=False, gradient_checkpointing=False,
+        seed=s.seed, data_seed=s.seed, bf16=s.bf16, fp16=False, gradient_checkpointing=False,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
         use_vllm=s.generation_engine == "vllm", vllm_mode="colocate",
+        vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
+        vllm_max_model_length=s.vllm_max_model_length or None,
         vllm_importance_sampling_correction=s.vllm_importance_sampling,
         vllm_importance_sampling_mode=s.vllm_is_mode, vllm_importance_sampling_clip_min=s.vllm_is_min,
         vllm_importance_sampling_clip_max=s.vllm_is_max, log_completions=False, save_only_model=False)
