@@ -24,7 +24,7 @@ import numpy as np
 
 from brorl.study.heldout import BINS
 from brorl.study.plan import BASE, arm_spec, reference_n, settings_names, study_plan
-from brorl.training.report import _ms, paired
+from brorl.training.report import paired
 
 ALPHA = 0.05
 COLUMNS = ("setting", "n", "prompts_per_step", "seeds", "steps", "generated_samples", "kept_samples",
