@@ -32,17 +32,14 @@ PAPER_TRAIN_DATA = (
 TRAIN_DATA_FILES = TASK_FILES if PRORL_STAGE else PAPER_TRAIN_DATA
 # Paper profile: train_arm's processes through `brorl launch` (accelerate; srun per node under SLURM).
 ACCELERATE_CONFIG = config["rl"].get("launch", {}).get("accelerate_config", "fsdp2") if TRAIN else None
+# The tiny arms read the ProRL stage's folder (an input); the paper arms run under `brorl launch` from the fetched
+# checkpoint (its manifest is the input). The tiny command is unchanged, so existing tiny runs are not redone.
+ARM_LAUNCH = "" if PRORL_STAGE else f"brorl launch --accelerate-config {ACCELERATE_CONFIG} -- "
+ARM_INIT = "{input.model}" if PRORL_STAGE else START_MODEL
 TRAIN_ARM_SHELL = (
-    "OMP_NUM_THREADS={threads} brorl train-arm --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-    " --tracking {params.tracking:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
-    " --arm {wildcards.arm} --seed {wildcards.seed} --init {input.model} --data results/data"
-    " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
-    " --results results/train/{wildcards.arm}/seed{wildcards.seed} 2>&1 | tee {log}"
-    if PRORL_STAGE else
-    f"OMP_NUM_THREADS={{threads}} brorl launch --accelerate-config {ACCELERATE_CONFIG} --"
-    " brorl train-arm --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-    " --tracking {params.tracking:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
-    f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {START_MODEL} --data {TRAIN_DATA_DIR}"
+    f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule_name}} --profile {{params.profile}}"
+    " --config {params.cfg:q} --tracking {params.tracking:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
+    f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {ARM_INIT} --data {TRAIN_DATA_DIR}"
     " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
     " --results results/train/{wildcards.arm}/seed{wildcards.seed} 2>&1 | tee {log}"
 )

@@ -17,7 +17,7 @@ Config (``study`` section, ``config/study.yaml``; every stage also takes ``rl.re
         fresh: {pool: fresh}
         no_kl: {settings: {beta: 0.0}}
         late_start: {start: late}
-        lr_constant: {settings: {lr_rule: constant}}
+        lr_sqrt: {settings: {lr_rule: sqrt}}
         equal_time: {time_budget_s: 120}
 
 Axes of an ablation: ``ns``, ``prompts_per_step`` ({N: prompts}: that N's samples per step change, its total

@@ -180,6 +180,9 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
             model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
             progress: bool = True) -> dict:
     """Run the stages of one arm (resumable) and write its outputs; returns the arm summary."""
+    import torch
+    from accelerate import PartialState
+
     from brorl.training.stage import METRIC_COLUMNS, TAIL_HI, TAIL_LO, read_metrics, train_stage
 
     work, results = Path(work_dir), Path(results_out)
@@ -209,7 +212,8 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
     z0, z1 = np.load(first / "probe_baseline.npz"), np.load(last / "probe_end.npz")
     q_start, q_end = z0["q_pos"], z1["q_pos"]
     tail = (q_start > TAIL_LO) & (q_start < TAIL_HI)
-    main = int(os.environ.get("RANK", "0")) == 0  # several processes (brorl launch): the main one writes
+    dist = PartialState(cpu=not torch.cuda.is_available())  # the stage's state: one process or brorl launch's
+    main = dist.is_main_process  # several processes: the main one writes
     if main:
         np.savez(results / "probe.npz", q_start=q_start, q_end=q_end, ids=z1["ids"])
         _write_rows(results / "metrics.csv", rows, ARM_COLUMNS + METRIC_COLUMNS)
@@ -246,11 +250,7 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
         tmp = results / f"summary.json.tmp{os.getpid()}"
         tmp.write_text(json.dumps(summary, indent=1, default=float) + "\n")
         os.replace(tmp, results / "summary.json")
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        import torch.distributed as torch_dist
-
-        if torch_dist.is_available() and torch_dist.is_initialized():
-            torch_dist.barrier()  # the outputs exist before any process returns
+    dist.wait_for_everyone()  # the outputs exist before any process returns
     if progress:
         print(f"[arm {arm} seed {seed}] done: validation pass@1 {summary['validation_pass1_start']:.4f} -> "
               f"{summary['validation_pass1_end']:.4f}, {summary['generated_samples']} samples, "
