@@ -75,7 +75,7 @@ def _study(edit):
 
 STUDY_CASES = [
     ("N does not divide the step", lambda c: c["study"].update(ns=[16, 48, 100]),
-     ["study: study.samples_per_step = 16384 is not a multiple of N = 48", "samples_per_step % N == 0"]),
+     ["study: samples_per_step = 16384 is not a multiple of N = 48", "samples_per_step % N == 0"]),
     ("unknown axis", lambda c: c["study"]["ablations"].update(wide={"prompt_count": 3}),
      ["study.ablations.wide.prompt_count", "unknown key"]),
     ("bad pool", lambda c: c["study"]["ablations"].update(wide={"pool": "huge"}),

@@ -19,7 +19,8 @@ def test_study_profile_runs_the_issue_geometry():
     cfg = load_config(PROJECT_ROOT / "config/study.yaml")
     rl, study = cfg["rl"], cfg["study"]
     assert len(study["seeds"]) >= 3 and study["ns"] == [16, 64, 256, 512] and reference_n(study) == 16
-    assert set(study["ablations"]) == {"fewer_prompts", "fresh", "no_kl", "late_start", "lr_sqrt", "equal_time"}
+    assert set(study["ablations"]) == {"fewer_prompts", "paper_prompts", "fresh", "no_kl", "late_start",
+                                       "lr_sqrt", "equal_time"}
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
     # equal generated samples per step and in total, one generation round (no refill), many prompts at N=512
     assert {s.samples_per_step for s in base.values()} == {study["samples_per_step"]}
@@ -30,8 +31,9 @@ def test_study_profile_runs_the_issue_geometry():
     assert {k: v for k, v in cfg.items() if k != "study"} == default
     plan = study_plan(rl, study)
     assert plan["fewer_prompts"] == {16: BASE, 512: "fewer_prompts"}  # only N=512 changes: N=16 is reused
-    assert all(plan[s] == {16: s, 512: s} for s in ("fresh", "no_kl", "late_start", "lr_sqrt", "equal_time"))
-    assert len(arm_jobs(rl, study)) == 4 + 1 + 5 * 2
+    assert all(plan[s] == {16: s, 512: s} for s in ("paper_prompts", "fresh", "no_kl", "late_start", "lr_sqrt",
+                                                     "equal_time"))
+    assert len(arm_jobs(rl, study)) == 4 + 1 + 6 * 2
     assert arm_spec(rl, study, "fresh", 16)["pool"] == "fresh"
     assert arm_spec(rl, study, "late_start", 512)["start"] == "late"
     assert stage_for(rl, study, "no_kl", 512, 0)["beta"] == 0.0
@@ -39,6 +41,11 @@ def test_study_profile_runs_the_issue_geometry():
     assert timed.time_budget_s == 90 and timed.sample_budget == 0 and timed.max_steps >= study["steps"]
     fewer = RLSettings.from_dict(stage_for(rl, study, "fewer_prompts", 512, 0))
     assert fewer.prompts_per_step == 8 and fewer.sample_budget == base[512].sample_budget
+    # the paper's geometry: 128 prompts per step at N=512, the same samples per step (and in total) at N=16
+    wide = {n: RLSettings.from_dict(stage_for(rl, study, "paper_prompts", n, 0)) for n in (16, 512)}
+    assert wide[512].prompts_per_step == 128 and wide[16].prompts_per_step == 4096
+    assert wide[16].samples_per_step == wide[512].samples_per_step and wide[16].sample_budget == wide[512].sample_budget
+    assert arm_spec(rl, study, "paper_prompts", 16)["pool"] == "fresh"
 
 
 def test_time_budget_is_validated():

@@ -14,13 +14,15 @@ Config (``study`` section, ``config/study.yaml``; every stage also takes ``rl.re
       heldout_k: [1, 2, ..., 256]
       ablations:                    # name -> axes that differ from the base setting
         fewer_prompts: {prompts_per_step: {512: 8}}
+        paper_prompts: {samples_per_step: 65536, steps: 3}
         fresh: {pool: fresh}
         no_kl: {settings: {beta: 0.0}}
         late_start: {start: late}
         lr_sqrt: {settings: {lr_rule: sqrt}}
         equal_time: {time_budget_s: 120}
 
-Axes of an ablation: ``ns``, ``prompts_per_step`` ({N: prompts}: that N's samples per step change, its total
+Axes of an ablation: ``ns``, ``samples_per_step`` and ``steps`` (every arm of the setting: its batch geometry and
+total, e.g. the paper's 128 prompts per step at N=512), ``prompts_per_step`` ({N: prompts}: that N's samples per step change, its total
 budget does not), ``pool`` (``fixed`` | ``fresh``), ``start`` (``plateau`` | ``late``), ``settings``
 (RLSettings overrides), ``time_budget_s`` (equal wall time instead of equal samples: every arm of the setting
 trains for this many seconds). An ablation arm whose stage, start and pool equal the base arm of the same N is
@@ -35,7 +37,7 @@ from __future__ import annotations
 BASE = "base"
 POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh"}
 STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
-AXES = ("ns", "prompts_per_step", "pool", "start", "settings", "time_budget_s")
+AXES = ("ns", "samples_per_step", "steps", "prompts_per_step", "pool", "start", "settings", "time_budget_s")
 TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample steps
 
 
@@ -59,15 +61,15 @@ def _axes(study: dict, setting: str) -> dict:
 def arm_spec(rl: dict, study: dict, setting: str, n: int) -> dict:
     """What determines one (setting, N) arm: its stage settings (seed left out), start model and pool."""
     ax = _axes(study, setting)
-    per_step = study["samples_per_step"]
+    per_step, steps = ax.get("samples_per_step", study["samples_per_step"]), ax.get("steps", study["steps"])
     prompts = {int(k): v for k, v in (ax.get("prompts_per_step") or {}).items()}.get(n, per_step // n)
     stage = {**rl.get("recipe", {}), **study.get("settings", {}), **ax.get("settings", {}),
              "n_rollouts": n, "prompts_per_step": prompts, "max_rounds": 1, "round_prompts": 0}
     if ax.get("time_budget_s"):
         stage.update(time_budget_s=ax["time_budget_s"], sample_budget=0,
-                     steps=study["steps"] * TIME_STEP_CAP * max(1, per_step // (prompts * n)))
+                     steps=steps * TIME_STEP_CAP * max(1, per_step // (prompts * n)))
     else:
-        stage.update(sample_budget=per_step * study["steps"], steps=0)
+        stage.update(sample_budget=per_step * steps, steps=0)
     return {"stage": stage, "start": ax.get("start", "plateau"), "pool": ax.get("pool", "fixed")}
 
 
@@ -117,10 +119,10 @@ def study_errors(config: dict) -> list[str]:
         return errors
     if not rl:
         return ["study: needs the `rl` section (recipe and the ProRL stage the study starts from) [rule: study needs rl]"]
-    per_step = study.get("samples_per_step", 0)
     for setting in settings_names(study):
         where = "study" if setting == BASE else f"study.ablations.{setting}"
         ax = _axes(study, setting)
+        per_step = ax.get("samples_per_step", study.get("samples_per_step", 0))
         unknown = sorted(set(ax) - set(AXES))
         if unknown:
             errors.append(f"{where}.{unknown[0]}: unknown axis (allowed: {', '.join(AXES)}) [rule: study axes]")
@@ -140,7 +142,7 @@ def study_errors(config: dict) -> list[str]:
                               f"({ax['ns']}) [rule: prompts for a run N]")
         for n in ax["ns"]:
             if per_step % n and str(n) not in map(str, ax.get("prompts_per_step") or {}):
-                errors.append(f"{where}: study.samples_per_step = {per_step} is not a multiple of N = {n} "
+                errors.append(f"{where}: samples_per_step = {per_step} is not a multiple of N = {n} "
                               "(equal samples per step) [rule: samples_per_step % N == 0]")
                 continue
             try:
