@@ -251,3 +251,28 @@ def test_cluster_profiles_plan_the_paper_dag_with_resources_from_the_profile(pro
     for rules in ("evaluation.smk", "training.smk"):
         text = (PROJECT_ROOT / "workflow/rules" / rules).read_text()
         assert "gpu: 1" not in text and "gres" not in text and "nodes=" not in text
+
+
+def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
+    """`--configfile config/paper.yaml config/paper_study.yaml` under the SLURM profile: the study's arms start from
+    the fetched checkpoint on the paper data, through `brorl launch`, on train_arm's allocation, with held-out p
+    sampled by vLLM; no tiny-only rule (ProRL stage, fresh pool) is planned."""
+    proc = subprocess.run(
+        ["snakemake", "-n", "--configfile", str(PROJECT_ROOT / "config/paper.yaml"),
+         str(PROJECT_ROOT / "config/paper_study.yaml"), "--profile", str(PROJECT_ROOT / "profiles/slurm"),
+         "--directory", str(tmp_path), "--snakefile", str(PROJECT_ROOT / "Snakefile"), "results/study/summary.md"],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    blocks = proc.stdout.split("\nrule ")
+    arms = [b for b in blocks if b.startswith("study_arm:")]
+    assert len(arms) == (4 + 1 + 4 * 2) * 3
+    for block in arms + [b for b in blocks if b.startswith("study_start:")]:
+        assert "brorl launch --accelerate-config fsdp2 -- brorl study-arm" in block
+        assert "--data results/data/rl" in block and "nodes=8" in block and "gres=gpu:8" in block
+    plateau = [b for b in arms if "--init resources/models/prorl.manifest.json" in b]
+    late = [b for b in arms if "--init resources/study/prorl_late" in b]
+    assert len(plateau) == 33 and len(late) == 6
+    assert all('"mode": "sampled"' in b and '"engine": "vllm"' in b for b in arms)
+    assert any('"n_rollouts": 512' in b and '"prompts_per_step": 128' in b for b in arms)
+    for rule in ("prorl_stage", "study_pool", "sft"):
+        assert not any(b.startswith(f"{rule}:") for b in blocks)

@@ -110,3 +110,92 @@ def test_a_seed_that_disagrees_means_tied():
     best = [r + 0.05 + noise() for r in ref[:2]] + [ref[2] - 0.01 + noise()]
     out = compare(fake_arm(best), fake_arm(ref))
     assert out["delta"] > 0 and out["p_two_sided"] < 0.05 and out["verdict"] == "tied"
+
+
+def test_sampled_pass_at_k_is_the_unbiased_estimator():
+    from math import comb
+
+    n = 8
+    c = np.array([0, 1, 3, 8])
+    for k in (1, 2, 5, 8):
+        want = np.mean([1 - comb(n - x, k) / comb(n, k) for x in c])
+        assert H.pass_at_k(c / n, k, samples=n) == pytest.approx(want)
+    assert np.isnan(H.pass_at_k(c / n, 9, samples=n))
+    assert H.pass_at_k(c / n, 1, samples=n) == pytest.approx(c.mean() / n)  # pass@1 = mean p
+
+
+@pytest.mark.slow
+def test_sampled_heldout_agrees_with_the_exact_one(tmp_path):
+    """The paper profile's sampled held-out p (completions scored by the reward) estimates the tiny study's exact
+    p: on the toy model, 256 samples per prompt give the same mean@k and pass@k within sampling error."""
+    from brorl.models.toy import toy_model
+
+    toy_model(tmp_path / "data", tmp_path / "model", max_steps=300)
+    exact = H.probabilities(tmp_path / "model", tmp_path / "data", "test")
+    sampled = H.measure(tmp_path / "model", tmp_path / "data",
+                        {"mode": "sampled", "split": "test", "samples": 256, "engine": "hf", "seed": 3})
+    assert np.array_equal(sampled["ids"], exact["ids"].astype(str))
+    assert 0.02 < exact["p"].mean() < 0.98  # the check means something: neither all-wrong nor all-right
+    se = np.sqrt(np.sum(exact["p"] * (1 - exact["p"])) / 256) / exact["p"].size
+    assert abs(sampled["p"].mean() - exact["p"].mean()) < 4 * se + 1e-3
+    assert np.max(np.abs(sampled["p"] - exact["p"])) < 0.15
+    for k in (4, 16):
+        assert H.pass_at_k(sampled["p"], k, 256) == pytest.approx(H.pass_at_k(exact["p"], k), abs=0.05)
+
+
+def paper_study_cfg():
+    cfg = load_config(PROJECT_ROOT / "config/paper.yaml")
+    return {**cfg, **yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text())}
+
+
+def test_paper_study_plan_starts_from_the_fetched_checkpoint():
+    from brorl.config import validate_config
+    from brorl.study.plan import heldout_settings, late_start_stage, pools, starts, study_errors
+
+    cfg = validate_config(paper_study_cfg())  # `--configfile config/paper.yaml config/paper_study.yaml`
+    rl, study = cfg["rl"], cfg["study"]
+    assert study_errors(cfg) == []
+    assert starts(rl) == {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
+    assert pools(rl) == {"fixed": "results/data/rl"}
+    base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
+    assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 4096  # the paper's 128 at N=512
+    assert {s.samples_per_step for s in base.values()} == {65536} and base[16].generation_engine == "vllm"
+    assert len(arm_jobs(rl, study)) == 4 + 1 + 4 * 2
+    late = RLSettings.from_dict(late_start_stage(rl, study))
+    assert (late.n_rollouts, late.prompts_per_step, late.max_steps) == (16, 512, 535)
+    h = heldout_settings(rl, study)
+    assert h["mode"] == "sampled" and h["samples"] >= max(study["heldout_k"]) and h["engine"] == "vllm"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"ablations": {"fresh": {"pool": "fresh"}}}, "study.ablations.fresh.pool: 'fresh' is not one of fixed"),
+    ({"heldout": {"mode": "exact"}}, "study.heldout.mode: exact needs enumerable answers"),
+    ({"heldout": {"mode": "sampled", "samples": 64, "max_tokens": 16}}, "study.heldout.samples: 64 samples"),
+    ({"heldout": {"mode": "sampled", "max_tokens": 0}}, "study.heldout.max_tokens"),
+])
+def test_paper_study_errors_name_the_key(change, message):
+    from brorl.study.plan import study_errors
+
+    cfg = paper_study_cfg()
+    cfg["study"] = {**cfg["study"], **change}
+    assert any(message in e for e in study_errors(cfg)), study_errors(cfg)
+
+
+def _arm(p, val, seed=0):
+    return {"p_end": np.asarray(p, float), "validation_pass1_end": val, "seed": seed,
+            "dynamic_sampling_pass_rate": 0.5,
+            "heldout": {"all": {"mean_at_k": float(np.mean(p)), "pass@256": 1.0, "histogram": {"zero": 0.0}},
+                        "probes": {"frac_correct_improved": None}}}
+
+
+def test_best_arm_without_validation_is_chosen_on_one_half_and_judged_on_the_other():
+    from brorl.study.report import _select
+
+    arms = {64: [_arm([0.9, 0.1, 0.9, 0.1], float("nan"))], 512: [_arm([0.5, 0.6, 0.5, 0.6], float("nan"))]}
+    best, judged = _select([64, 512], arms.__getitem__)
+    assert best == 64 and judged.tolist() == [False, True, False, True]  # even prompts pick, odd ones judge
+    arms[64][0]["validation_pass1_end"], arms[512][0]["validation_pass1_end"] = 0.1, 0.2
+    assert _select([64, 512], arms.__getitem__) == (512, None)  # validation probes (tiny) pick; all prompts judge
+    assert _select([512], arms.__getitem__) == (512, None)
+    v = compare(arms[64], [_arm([0.5, 0.5, 0.5, 0.5], float("nan"))], judged)
+    assert v["delta"] == pytest.approx(-0.4) and v["seed_deltas"] == [pytest.approx(-0.4)]

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from brorl.fetch import write_local_snapshot
@@ -154,3 +155,28 @@ def test_an_arm_trains_on_paper_data_with_the_paper_reward(prepared, tmp_path):
                            tmp_path / "results", arm="n4", progress=False)
     assert summary["steps"] == 2 and summary["generated_samples"] >= 16
     assert (tmp_path / "model" / "config.json").exists() and (tmp_path / "results" / "metrics.csv").exists()
+
+
+@pytest.mark.slow
+def test_sampled_heldout_scores_paper_data_with_the_training_reward(prepared, tmp_path):
+    """The paper study's held-out p (brorl.study.heldout, sampled mode): completions of the validation problems
+    scored by the paper reward, per-prompt counts, pass@k from them (NaN beyond the samples)."""
+    from brorl.models.toy import toy_model
+    from brorl.study import heldout as H
+
+    toy_model(tmp_path / "tiny", tmp_path / "sft", max_steps=30)
+    settings = {"mode": "sampled", "split": "validation", "samples": 4, "max_tokens": 8, "engine": "hf"}
+    cache = tmp_path / "cache"
+    start = H.measure_cached(tmp_path / "sft", prepared["data"], settings, cache)
+    records = read_split(prepared["data"], "validation")
+    assert list(start["ids"]) == [str(r["id"]) for r in records] and int(start["samples"]) == 4
+    assert set(np.unique(start["p"] * 4)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
+    assert len(list(cache.glob("*.npz"))) == 1
+    again = H.measure_cached(tmp_path / "sft", prepared["data"], settings, cache)  # read back, not re-sampled
+    assert np.array_equal(again["p"], start["p"]) and len(list(cache.glob("*.npz"))) == 1
+    out = H.metrics(start, start, ks=[1, 4, 16])
+    assert out["estimate"] == "sampled (4 per prompt)" and out["probes"]["pairs"] == 0
+    assert np.isnan(out["all"]["pass@16"]) and 0.0 <= out["all"]["pass@4"] <= 1.0
+    assert set(out) >= {"deepscaler", "all", "tail"}
+    with pytest.raises(ValueError, match="heldout.engine"):
+        H.measure(tmp_path / "sft", prepared["data"], {**settings, "engine": "sglang"})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -238,8 +239,6 @@ def cmd_train_arm(args) -> int:
 
     rl = json.loads(args.config)
     stages = [prorl_settings(rl)] if args.arm == "prorl" else plan(rl, seed=args.seed)[args.arm]
-    import os
-
     if int(os.environ.get("RANK", "0")) != 0:  # under `brorl launch`: one MLflow run, from the main process
         from brorl.training.arms import run_arm
 
@@ -288,16 +287,31 @@ def _train_and_log(args, stages: list[dict], after=None) -> dict:
 
 
 def cmd_study_arm(args) -> int:
-    """One arm of the N-scaling study (or its later start): the stages, then exact held-out metrics."""
+    """One arm of the N-scaling study (or its later start): the stages, then held-out metrics (exact on the
+    tiny tasks; sampled by ``heldout_settings`` in the paper profile). ``--init`` may name a fetched model's
+    manifest: the model folder beside it is read."""
     import mlflow
 
     cfg = json.loads(args.config)
+    if args.init.endswith(".manifest.json"):
+        args.init = args.init[: -len(".manifest.json")]
+    stages = [{**st, "seed": args.seed} for st in cfg["stages"]]
+    if int(os.environ.get("RANK", "0")) != 0:  # under `brorl launch`: training only; the main process measures
+        from brorl.training.arms import run_arm
+
+        run_arm(args.init, args.data, args.work, stages, args.model_out, args.results, arm=args.arm,
+                seed=args.seed, progress=False)
+        return 0
 
     def heldout(summary):
         from brorl.study import heldout as H
 
-        start = H.probabilities(args.init, args.data)
-        end = H.probabilities(args.model_out, args.data)
+        settings = cfg.get("heldout_settings")
+        if settings is None:  # the tiny study: exact p on the test split
+            start, end = H.probabilities(args.init, args.data), H.probabilities(args.model_out, args.data)
+        else:
+            start = H.measure_cached(args.init, args.data, settings, cfg.get("heldout_cache"))
+            end = H.measure(args.model_out, args.data, settings)
         out = H.metrics(end, start, ks=cfg.get("heldout_k") or H.DEFAULT_K)
         results = Path(args.results)
         H.save(results / "heldout.npz", start, end)
@@ -308,8 +322,7 @@ def cmd_study_arm(args) -> int:
         print(f"[study] {args.arm} seed {args.seed}: held-out mean@k {a['mean_at_k']:.4f}, pass@256 "
               f"{a.get('pass@256', float('nan')):.4f}, zero share {a['histogram'].get('zero', float('nan')):.3f}")
 
-    _train_and_log(args, [{**st, "seed": args.seed} for st in cfg["stages"]],
-                   after=heldout if cfg.get("heldout", True) else None)
+    _train_and_log(args, stages, after=heldout if cfg.get("heldout", True) else None)
     return 0
 
 

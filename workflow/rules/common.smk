@@ -32,14 +32,14 @@ def eval_data_dir(wildcards):
 def study_start(wildcards):
     from brorl.study.plan import arm_spec
 
-    return STARTS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
+    return STUDY_STARTS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
 
 
 def study_pool(wildcards):
     from brorl.study.plan import arm_spec
 
-    return POOLS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["pool"]]
+    return STUDY_POOLS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["pool"]]
 
 
 def study_pool_files(wildcards):
-    return TASK_FILES if study_pool(wildcards) == POOLS["fixed"] else STUDY_POOL_FILES
+    return TRAIN_DATA_FILES if study_pool(wildcards) == STUDY_POOLS["fixed"] else STUDY_POOL_FILES

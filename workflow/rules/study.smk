@@ -3,10 +3,17 @@
 # study.seeds; held-out metrics per arm; results/study/summary.md. Each rule calls one `brorl` command.
 import os
 
-from brorl.study.plan import POOLS, STARTS, arm_jobs, fresh_pool_tasks, late_start_stage, stage_for
+from brorl.study.plan import POOLS, arm_jobs, fresh_pool_tasks, late_start_stage, pools, stage_for, starts
 
 STUDY = "study" in config
 STUDY_CFG = config.get("study", {})
+# Tiny profile: from the ProRL stage, on the tiny tasks. Paper profile (rl.start_model): from the fetched
+# checkpoint (Snakemake waits for its manifest; `--init` reads the folder beside it), on the paper training data,
+# under `brorl launch` like train_arm, held-out p sampled (study.heldout). Tiny commands render as before.
+STUDY_STARTS = {**starts(config["rl"]), "plateau": START_INPUT} if STUDY else {}
+STUDY_POOLS = pools(config["rl"]) if STUDY else {}
+STUDY_HELDOUT = ({"heldout_settings": STUDY_CFG["heldout"], "heldout_cache": "resources/work/study/heldout_start"}
+                 if "heldout" in STUDY_CFG else {})  # the start model's held-out p, measured once for all arms
 STUDY_JOBS = arm_jobs(config["rl"], STUDY_CFG) if STUDY else []
 STUDY_ARMS = [f"results/study/{setting}/n{n}/seed{seed}" for setting, n in STUDY_JOBS
               for seed in STUDY_CFG["seeds"]]
@@ -15,11 +22,11 @@ STUDY_MODELS = [arm.replace("results/", "resources/", 1) for arm in STUDY_ARMS]
 STUDY_SUMMARY = ["results/study/summary.md", "results/study/summary.csv", "results/study/delta.png",
                  "results/study/base.png"] if STUDY else []
 STUDY_POOL_FILES = [f"{POOLS['fresh']}/{task}/{split}.jsonl" for task in config.get("tasks", {}).get("tasks", [])
-                    for split in ("train", "validation", "test")] + [f"{POOLS['fresh']}/tasks.json"]
+                    for split in ("train", "validation", "test")] + [f"{POOLS['fresh']}/tasks.json"] if PRORL_STAGE else []
 STUDY_OUTPUTS = STUDY_SUMMARY + STUDY_MODELS
 
 
-if STUDY:
+if STUDY and PRORL_STAGE:
 
     rule study_pool:
         output:
@@ -39,12 +46,14 @@ if STUDY:
             "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule_name} --profile {params.profile}"
             " --config {params.cfg:q} --tracking {params.tracking:q} --out {params.out} 2>&1 | tee {log}"
 
+if STUDY:
+
     rule study_start:
         input:
-            model=STARTS["plateau"],
-            data=TASK_FILES,
+            model=STUDY_STARTS["plateau"],
+            data=TRAIN_DATA_FILES,
         output:
-            model=directory(STARTS["late"]),
+            model=directory(STUDY_STARTS["late"]),
             summary="results/study/prorl_late/summary.json",
         params:
             rule_name="study_start",
@@ -59,9 +68,9 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl study-arm --rule {params.rule_name} --profile {params.profile}"
+            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule_name}} --profile {{params.profile}}"
             " --config {params.cfg:q} --tracking {params.tracking:q} --arm prorl_late --seed 0 --init {input.model}"
-            " --data results/data --work resources/work/study/prorl_late --model-out {output.model}"
+            f" --data {TRAIN_DATA_DIR} --work resources/work/study/prorl_late --model-out {{output.model}}"
             " --results results/study/prorl_late 2>&1 | tee {log}"
 
     rule study_arm:
@@ -79,7 +88,7 @@ if STUDY:
         params:
             rule_name="study_arm",
             cfg=lambda w: as_json({"stages": [stage_for(config["rl"], STUDY_CFG, w.setting, int(w.n), 0)],
-                                   "heldout_k": STUDY_CFG.get("heldout_k")}),
+                                   "heldout_k": STUDY_CFG.get("heldout_k"), **STUDY_HELDOUT}),
             data=study_pool,
             tracking=TRACKING,
             profile=PROFILE,
@@ -91,7 +100,7 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl study-arm --rule {params.rule_name} --profile {params.profile}"
+            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule_name}} --profile {{params.profile}}"
             " --config {params.cfg:q} --tracking {params.tracking:q} --wildcard setting={wildcards.setting}"
             " --wildcard n={wildcards.n} --wildcard seed={wildcards.seed} --arm {wildcards.setting}-n{wildcards.n}"
             " --seed {wildcards.seed} --init {input.model} --data {params.data}"

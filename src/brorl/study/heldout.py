@@ -10,10 +10,18 @@ correct completion is enumerated). From p per prompt:
 - the per-prompt pass-rate histogram, whose zero bin is p <= 1/512 (not one correct sample expected in 512);
 - against the start model: Q_pos on the hard tail (prompts with start p in (1/512, 1/16)) and, on the
   multi-answer probes, the share of (prompt, correct answer) pairs whose probability rose and the worst drop.
+
+Where answers cannot be enumerated (the paper profile: math, code, Reasoning Gym), :func:`sampled_probabilities`
+estimates p from ``samples`` completions per prompt scored by the training reward (reward 1 = correct), and
+pass@k is the unbiased estimator 1 - C(n - c, k) / C(n, k) from c correct of n (Chen et al., 2021); k > n is
+not reported (NaN). Its engines: ``hf`` (the trainer's prefix-sharing sampler, CPU or GPU) and ``vllm`` (GPU
+hosts; not run here).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +53,147 @@ def probabilities(model_dir: str | Path, data_dir: str | Path, split: str = "tes
             "answer_probs": np.concatenate(answer_probs) if answer_probs else np.zeros(0)}
 
 
-def pass_at_k(p: np.ndarray, k: int) -> float:
-    return float(np.mean(1.0 - (1.0 - np.clip(p, 0.0, 1.0)) ** k)) if p.size else float("nan")
+HELDOUT_DEFAULTS = {"mode": "exact", "split": "test", "samples": 256, "max_tokens": 0, "temperature": 1.0,
+                    "top_p": 1.0, "engine": "hf", "seed": 1234, "vllm_args": {}}
+"""``study.heldout``: ``exact`` (teacher-forced, enumerable answers) or ``sampled`` (``samples`` completions per
+prompt from ``engine``, ``max_tokens`` new tokens each, 0 = the tiny tasks' length)."""
+
+
+def _records(data_dir, split: str) -> list[dict]:
+    records = read_split(data_dir, split)
+    if not records:
+        raise FileNotFoundError(f"no {split!r} records under {data_dir}")
+    return records
+
+
+def _trim(row, eos_id: int) -> list[int]:
+    """A sampled row up to and including its end token (what the trainer's reward sees)."""
+    ids = [int(t) for t in row]
+    return ids[: ids.index(eos_id) + 1] if eos_id in ids else ids
+
+
+def sampled_probabilities(model_dir: str | Path, data_dir: str | Path, split: str = "validation", *,
+                          samples: int = 256, max_tokens: int = 0, temperature: float = 1.0, top_p: float = 1.0,
+                          engine: str = "hf", seed: int = 1234, vllm_args: dict | None = None,
+                          chunk_samples: int = 4096, progress: bool = True) -> dict[str, np.ndarray]:
+    """Per-prompt p estimated from ``samples`` completions scored by the training reward (the stage's
+    :func:`brorl.training.stage.make_reward`); same keys as :func:`probabilities` plus ``correct`` and
+    ``samples`` (no per-answer probe probabilities: ``answer_probs`` is empty)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from brorl.models.scoring import encode
+    from brorl.tasks.core import TaskSettings, format_prompt, max_new_tokens
+    from brorl.training.stage import make_reward
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    records = _records(data_dir, split)
+    if not max_tokens:
+        tasks_json = Path(data_dir) / "tasks.json"
+        settings = TaskSettings.from_dict(json.loads(tasks_json.read_text())) if tasks_json.exists() else None
+        max_tokens = max_new_tokens(settings, sorted({r["task"] for r in records}))
+    prompts = [format_prompt(tok, r) for r in records]
+    eos = tok.eos_token_id
+    t0 = time.perf_counter()
+    if engine == "vllm":
+        rows = _vllm_samples(model_dir, prompts, samples, max_tokens, temperature, top_p, seed, vllm_args or {})
+    elif engine == "hf":
+        if top_p != 1.0:
+            raise ValueError("heldout.top_p: the hf engine samples the full distribution (top_p 1.0); use vllm")
+        from transformers import AutoModelForCausalLM
+
+        from brorl.models.sampling import sample_token_ids_tree
+
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), local_files_only=True)
+        report = (lambda done, total: print(f"[heldout] {done}/{total} prompts x {samples} samples "
+                                            f"({time.perf_counter() - t0:.0f} s)", flush=True)) if progress else None
+        ids = sample_token_ids_tree(model, [encode(tok, p) for p in prompts], samples, max_tokens, eos,
+                                    tok.pad_token_id if tok.pad_token_id is not None else eos,
+                                    temperature=temperature, seed=seed, chunk_samples=chunk_samples,
+                                    progress=report)
+        rows = [[_trim(r, eos) for r in block.tolist()] for block in ids]
+    else:
+        raise ValueError(f"heldout.engine: {engine!r} is not one of hf, vllm")
+    reward = make_reward(records, tok)
+    flat = [r for block in rows for r in block]
+    owner = [i for i, block in enumerate(rows) for _ in block]
+    scores = np.asarray(reward(prompts=None, completions=tok.batch_decode(flat, skip_special_tokens=False),
+                               completion_ids=flat, record_index=owner), dtype=float)
+    correct = np.bincount(np.asarray(owner, dtype=np.int64), weights=(scores >= 1.0).astype(float),
+                          minlength=len(records))
+    if progress:
+        print(f"[heldout] {model_dir}: {len(records)} prompts x {samples} samples ({engine}) in "
+              f"{time.perf_counter() - t0:.0f} s, mean p {correct.mean() / samples:.4f}", flush=True)
+    return {"p": correct / samples, "correct": correct.astype(np.int64), "samples": np.int64(samples),
+            "task": np.array([r["task"] for r in records]), "ids": np.array([str(r["id"]) for r in records]),
+            "answer_probs": np.zeros(0)}
+
+
+def _vllm_samples(model_dir, prompts, samples, max_tokens, temperature, top_p, seed, vllm_args) -> list:
+    """vLLM's offline engine, ``samples`` completions per prompt (GPU hosts; untested here)."""
+    try:
+        import torch
+        from vllm import LLM, SamplingParams
+    except ImportError as err:
+        raise RuntimeError("heldout.engine 'vllm' needs vLLM on a GPU host (pip install -r requirements-gpu.txt)") from err
+    llm = LLM(model=str(model_dir), seed=seed, **{"gpu_memory_utilization": 0.4, **vllm_args})
+    params = SamplingParams(n=samples, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+    outs = llm.generate(prompts, params)
+    rows = [[list(c.token_ids) for c in o.outputs] for o in outs]
+    del llm
+    torch.cuda.empty_cache()
+    return rows
+
+
+def measure(model_dir: str | Path, data_dir: str | Path, heldout: dict | None = None) -> dict[str, np.ndarray]:
+    """Held-out per-prompt p of a checkpoint by the ``study.heldout`` settings (:data:`HELDOUT_DEFAULTS`)."""
+    h = {**HELDOUT_DEFAULTS, **(heldout or {})}
+    if h["mode"] == "exact":
+        return probabilities(model_dir, data_dir, h["split"])
+    return sampled_probabilities(model_dir, data_dir, h["split"], samples=h["samples"], max_tokens=h["max_tokens"],
+                                 temperature=h["temperature"], top_p=h["top_p"], engine=h["engine"],
+                                 seed=h["seed"], vllm_args=h["vllm_args"])
+
+
+def measure_cached(model_dir: str | Path, data_dir: str | Path, heldout: dict | None, cache_dir) -> dict:
+    """:func:`measure`, kept in ``cache_dir`` (keyed by the settings, the data folder and the model files'
+    sizes and times) so a start model shared by many arms is measured once. ``cache_dir`` None: no cache."""
+    if cache_dir is None:
+        return measure(model_dir, data_dir, heldout)
+    import hashlib
+    import os
+
+    files = sorted(p for p in Path(model_dir).rglob("*") if p.is_file())
+    key = json.dumps({"model": str(Path(model_dir).resolve()), "data": str(Path(data_dir).resolve()),
+                      "settings": {**HELDOUT_DEFAULTS, **(heldout or {})},
+                      "files": [(str(p.relative_to(model_dir)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]},
+                     sort_keys=True)
+    path = Path(cache_dir) / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.npz"
+    if path.exists():
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    out = measure(model_dir, data_dir, heldout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
+    np.savez(tmp, **out)
+    os.replace(tmp, path)
+    return out
+
+
+def pass_at_k(p: np.ndarray, k: int, samples: int | None = None) -> float:
+    """Mean over prompts of pass@k: exact p -> 1 - (1 - p)^k; sampled (``samples`` = n, p = c / n) -> the
+    unbiased 1 - C(n - c, k) / C(n, k), NaN for k > n."""
+    if not p.size:
+        return float("nan")
+    if samples is None:
+        return float(np.mean(1.0 - (1.0 - np.clip(p, 0.0, 1.0)) ** k))
+    if k > samples:
+        return float("nan")
+    c = np.rint(p * samples).astype(np.int64)
+    # C(n-c, k) / C(n, k) = prod_{i=0}^{k-1} (n - c - i) / (n - i), zero once n - c < k
+    i = np.arange(k)
+    ratio = np.prod(np.clip((samples - c[:, None] - i) / (samples - i), 0.0, None), axis=1)
+    return float(np.mean(1.0 - ratio))
 
 
 def histogram(p: np.ndarray) -> dict[str, float]:
@@ -58,14 +205,15 @@ def metrics(end: dict, start: dict, ks=DEFAULT_K) -> dict:
     if not np.array_equal(end["ids"], start["ids"]):
         raise ValueError("start and end were measured on different prompts")
     ks = sorted(set(ks) | {1, 16, 256})  # the report's columns
-    out: dict = {}
+    n = int(end["samples"]) if "samples" in end else None
+    out: dict = {"estimate": "exact" if n is None else f"sampled ({n} per prompt)"}
     groups = {"all": np.ones(end["p"].size, bool),
               **{t: end["task"] == t for t in sorted(set(end["task"].tolist()))}}
     for name, mask in groups.items():
         p = end["p"][mask]
         out[name] = {"prompts": int(mask.sum()), "mean_at_k": float(p.mean()),
-                     **{f"pass@{k}": pass_at_k(p, k) for k in ks},
-                     "coverage@256": pass_at_k(p, 256), "histogram": histogram(p)}
+                     **{f"pass@{k}": pass_at_k(p, k, n) for k in ks},
+                     "coverage@256": pass_at_k(p, 256, n), "histogram": histogram(p)}
     single = np.array([not is_probe(t) for t in end["task"]])
     q0, q1 = start["p"][single], end["p"][single]
     tail = (q0 > TAIL_LO) & (q0 < TAIL_HI)

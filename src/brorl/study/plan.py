@@ -37,8 +37,27 @@ from __future__ import annotations
 BASE = "base"
 POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh"}
 STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
+"""The tiny profile's prompt pools and start models (:func:`pools`, :func:`starts` give a profile's)."""
 AXES = ("ns", "samples_per_step", "steps", "prompts_per_step", "pool", "start", "settings", "time_budget_s")
 TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample steps
+
+
+def is_tiny(rl: dict) -> bool:
+    """The tiny profile trains its own ProRL stage (``rl.prorl``); the paper profile starts from a fetched
+    checkpoint (``rl.start_model``) and trains on the paper data."""
+    return "prorl" in rl
+
+
+def pools(rl: dict) -> dict[str, str]:
+    """Prompt pools by name: the tiny tasks (``fixed``) and a large generated pool (``fresh``); the paper
+    profile has one, its training data (``results/data/rl``, the train_data rule)."""
+    return POOLS if is_tiny(rl) else {"fixed": "results/data/rl"}
+
+
+def starts(rl: dict) -> dict[str, str]:
+    """Start models by name: ``plateau`` (the ProRL stage; paper: the fetched ProRLv2 checkpoint) and ``late``
+    (``late_start_steps`` more N=16 steps from it, the study_start rule)."""
+    return STARTS if is_tiny(rl) else {"plateau": f"resources/models/{rl['start_model']}", "late": STARTS["late"]}
 
 
 def reference_n(study: dict) -> int:
@@ -96,11 +115,27 @@ def stage_for(rl: dict, study: dict, setting: str, n: int, seed: int) -> dict:
 
 
 def late_start_stage(rl: dict, study: dict) -> dict:
-    """The later start: the ProRL stage's settings continued ``late_start_steps`` more steps (no plateau stop)."""
+    """The later start: the ProRL stage's settings continued ``late_start_steps`` more steps (no plateau stop).
+    Paper profile (no ProRL stage here): the recipe at the reference N with its ``rl.arms`` batch (ProRL's
+    16 x 512 [paper Table 1])."""
     from brorl.training.arms import prorl_settings
 
-    return {**prorl_settings(rl), "steps": study["late_start_steps"], "plateau_window": 0,
-            "plateau_delta": 0.0, "sample_budget": 0}
+    if is_tiny(rl):
+        return {**prorl_settings(rl), "steps": study["late_start_steps"], "plateau_window": 0,
+                "plateau_delta": 0.0, "sample_budget": 0}
+    ref = reference_n(study)
+    arms = rl.get("arms", {})
+    batch = next((b for b in arms.get("batches", []) if b.get("n_rollouts") == ref),
+                 {"n_rollouts": ref, "prompts_per_step": study["samples_per_step"] // ref})
+    return {**rl.get("recipe", {}), **arms.get("settings", {}), **batch, "steps": study["late_start_steps"],
+            "sample_budget": 0}
+
+
+def heldout_settings(rl: dict, study: dict) -> dict:
+    """``study.heldout`` over :data:`brorl.study.heldout.HELDOUT_DEFAULTS`."""
+    from brorl.study.heldout import HELDOUT_DEFAULTS
+
+    return {**HELDOUT_DEFAULTS, **(study.get("heldout") or {})}
 
 
 def fresh_pool_tasks(tasks: dict, study: dict) -> dict:
@@ -130,11 +165,12 @@ def study_errors(config: dict) -> list[str]:
         if setting == BASE and len(ax["ns"]) < 2:
             errors.append("study.ns: needs the reference N (the smallest) and at least one larger N [rule: two N]")
             continue
-        if ax.get("pool", "fixed") not in POOLS:
-            errors.append(f"{where}.pool: {ax['pool']!r} is not one of {', '.join(POOLS)} [rule: study pools]")
+        if ax.get("pool", "fixed") not in pools(rl):
+            why = "" if is_tiny(rl) else " (the paper profile's pool is its training data; `fresh` generates tiny tasks)"
+            errors.append(f"{where}.pool: {ax['pool']!r} is not one of {', '.join(pools(rl))}{why} [rule: study pools]")
             continue
-        if ax.get("start", "plateau") not in STARTS:
-            errors.append(f"{where}.start: {ax['start']!r} is not one of {', '.join(STARTS)} [rule: study starts]")
+        if ax.get("start", "plateau") not in starts(rl):
+            errors.append(f"{where}.start: {ax['start']!r} is not one of {', '.join(starts(rl))} [rule: study starts]")
             continue
         for k in (ax.get("prompts_per_step") or {}):
             if int(k) not in ax["ns"]:
@@ -149,6 +185,20 @@ def study_errors(config: dict) -> list[str]:
                 RLSettings.from_dict({**arm_spec(rl, study, setting, n)["stage"], "seed": 0})
             except (TypeError, ValueError) as err:
                 errors.append(f"{where} (N={n}): {err} [rule: RLSettings]")
+    h = heldout_settings(rl, study)
+    if h["mode"] not in ("exact", "sampled"):
+        errors.append(f"study.heldout.mode: {h['mode']!r} is not one of exact, sampled [rule: heldout modes]")
+    elif h["mode"] == "exact" and not is_tiny(rl):
+        errors.append("study.heldout.mode: exact needs enumerable answers (the tiny tasks); the paper profile "
+                      "takes `sampled` [rule: exact held-out is tiny-only]")
+    if not is_tiny(rl) and not h["max_tokens"]:
+        errors.append("study.heldout.max_tokens: the paper profile needs a completion length (0 = the tiny tasks' "
+                      "answer length) [rule: paper max_tokens]")
+    if h["engine"] not in ("hf", "vllm"):
+        errors.append(f"study.heldout.engine: {h['engine']!r} is not one of hf, vllm [rule: heldout engines]")
+    if h["mode"] == "sampled" and max(study.get("heldout_k") or [1]) > h["samples"]:
+        errors.append(f"study.heldout.samples: {h['samples']} samples per prompt cannot estimate pass@"
+                      f"{max(study['heldout_k'])} (study.heldout_k) [rule: k <= samples]")
     ref = reference_n(study)
     for setting in settings_names(study)[1:]:
         ns = _axes(study, setting)["ns"]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from brorl.study.heldout import BINS
-from brorl.study.plan import BASE, arm_spec, reference_n, settings_names, study_plan
+from brorl.study.plan import BASE, arm_spec, is_tiny, reference_n, settings_names, study_plan
 from brorl.training.report import paired
 
 ALPHA = 0.05
@@ -71,13 +71,15 @@ def arm_row(setting: str, n: int, arm: list[dict]) -> dict:
             "runs": " ".join(s["run_id"] for s in arm)}
 
 
-def compare(best: list[dict], ref: list[dict]) -> dict:
-    """Best larger-N arm vs N=16 on held-out mean@k: paired over prompts, spread over seeds."""
+def compare(best: list[dict], ref: list[dict], judged: np.ndarray | None = None) -> dict:
+    """Best larger-N arm vs N=16 on held-out mean@k: paired over prompts, spread over seeds. ``judged``: the
+    held-out prompts the comparison uses (None: all)."""
     a = np.mean([s["p_end"] for s in best], axis=0)
     b = np.mean([s["p_end"] for s in ref], axis=0)
-    test = paired(a, b)
+    mask = np.ones(a.size, bool) if judged is None else judged
+    test = paired(a[mask], b[mask])
     ref_by_seed = {s["seed"]: s for s in ref}
-    seed_deltas = [s["heldout"]["all"]["mean_at_k"] - ref_by_seed[s["seed"]]["heldout"]["all"]["mean_at_k"]
+    seed_deltas = [float(np.mean(s["p_end"][mask]) - np.mean(ref_by_seed[s["seed"]]["p_end"][mask]))
                    for s in best if s["seed"] in ref_by_seed]
     p256 = lambda arm: np.mean([s["heldout"]["all"]["pass@256"] for s in arm])  # noqa: E731
     zero = lambda arm: np.mean([s["heldout"]["all"]["histogram"]["zero"] for s in arm])  # noqa: E731
@@ -127,8 +129,9 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
         ref_setting = setting if ref_n in plan[setting] else BASE
         ref = arm_of(ref_setting, ref_n)
         bigger = [n for n in ns if n > ref_n]
-        best_n = max(bigger, key=lambda n: _mean(arm_of(setting, n), lambda s: s["validation_pass1_end"]))
-        verdicts[setting] = {**compare(arm_of(setting, best_n), ref), "best_n": best_n,
+        best_n, judged = _select(bigger, lambda n: arm_of(setting, n))
+        verdicts[setting] = {**compare(arm_of(setting, best_n), ref, judged), "best_n": best_n,
+                             "judged": "all" if judged is None else "odd-indexed half",
                              "describe": _describe(setting, rl, study, best_n),
                              "describe_ref": _describe(ref_setting, rl, study, ref_n), "ref_n": ref_n,
                              "ref_setting": ref_setting}
@@ -143,6 +146,21 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
     Path(md_path).write_text(_markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base))
     return verdicts
+
+
+def _select(bigger: list[int], arm_of) -> tuple[int, np.ndarray | None]:
+    """The best larger N and the held-out prompts it is judged on. By exact validation pass@1 (the training
+    probes, tiny profile) on all held-out prompts; without validation numbers (the paper profile has no probes)
+    and several candidates, by held-out mean@k on the even-indexed prompts, judged on the odd-indexed ones."""
+    val = {n: _mean(arm_of(n), lambda s: s["validation_pass1_end"]) for n in bigger}
+    if len(bigger) == 1:
+        return bigger[0], None
+    if not all(math.isnan(v) for v in val.values()):
+        return max(bigger, key=lambda n: -math.inf if math.isnan(val[n]) else val[n]), None
+    size = arm_of(bigger[0])[0]["p_end"].size
+    even = np.arange(size) % 2 == 0
+    best = max(bigger, key=lambda n: float(np.mean([s["p_end"][even].mean() for s in arm_of(n)])))
+    return best, ~even
 
 
 def _p(x: float) -> str:
@@ -160,16 +178,23 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base) -> s
     zero_down = sum(1 for x in verdicts.values() if x["delta_zero_share"] < 0)
     probe_up = sum(1 for x in verdicts.values() if x["probe_best"] > x["probe_ref"])
     total = len(verdicts)
+    estimate = start["heldout"].get("estimate", "exact")
+    how = ("Held-out numbers are exact expectations from teacher-forced probabilities over the test split (all "
+           "families), not samples (`brorl.study.heldout`)." if estimate == "exact" else
+           f"Held-out p per prompt is estimated from completions scored by the training reward ({estimate}; "
+           "pass@k: the unbiased estimator; `brorl.study.heldout`).")
     lines = [
-        "# The N-scaling study (tiny profile)", "",
+        f"# The N-scaling study ({'tiny' if is_tiny(rl) else 'paper'} profile)", "",
         f"From the saturated ProRL checkpoint (held-out mean@k {start_all:.4f}), arms at equal generated samples "
         f"per step ({study['samples_per_step']:,}) and in total ({study['samples_per_step'] * study['steps']:,}, "
         f"{study['steps']} steps) unless a setting says otherwise; {n_seeds} seeds; one generation round per step "
-        "(dynamic sampling filters, no refill). Held-out numbers are exact expectations from teacher-forced "
-        "probabilities over the test split (all families), not samples (`brorl.study.heldout`).", "",
+        "(dynamic sampling filters, no refill). " + how, "",
         "## Verdict per setting", "",
         f"Best larger-N arm chosen on validation, compared with the N={ref_n} arm on held-out mean@k: Δ, a paired t-test "
         "over test prompts (per-prompt p averaged over seeds) and the seed-matched differences. "
+        + ("" if all(v["judged"] == "all" for v in verdicts.values()) else
+           "Without validation probes (paper profile) the best arm is chosen on the even-indexed held-out prompts "
+           "and judged on the odd-indexed ones. ") +
         "won / lost: two-sided p < 0.05 and every seed agrees; otherwise tied.", "",
         "| setting | best N | Δ mean@k | t | p (two-sided) | per-seed Δ | verdict | Δ pass@256 | Δ zero share "
         f"| DS pass rate (best / N={ref_n}) | probes: correct answers up (best / N={ref_n}) | runs (best; N={ref_n}) |",
