@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brorl.tasks.core import is_probe, read_split
+from brorl.tasks.core import FAMILIES, is_probe, read_split
 from brorl.training.stage import TAIL_HI, TAIL_LO
 
 BINS = (("zero", -np.inf, TAIL_LO), ("(1/512,1/64]", TAIL_LO, 1 / 64), ("(1/64,1/16]", 1 / 64, 1 / 16),
@@ -214,7 +214,7 @@ def metrics(end: dict, start: dict, ks=DEFAULT_K) -> dict:
         out[name] = {"prompts": int(mask.sum()), "mean_at_k": float(p.mean()),
                      **{f"pass@{k}": pass_at_k(p, k, n) for k in ks},
                      "coverage@256": pass_at_k(p, 256, n), "histogram": histogram(p)}
-    single = np.array([not is_probe(t) for t in end["task"]])
+    single = np.array([not (t in FAMILIES and is_probe(t)) for t in end["task"]])  # paper sources: no probes
     q0, q1 = start["p"][single], end["p"][single]
     tail = (q0 > TAIL_LO) & (q0 < TAIL_HI)
     delta = end["answer_probs"] - start["answer_probs"]
