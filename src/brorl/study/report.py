@@ -3,7 +3,8 @@ the smallest N of the base setting).
 
 The best larger-N arm of a setting is chosen on the *validation* split (highest mean exact validation pass@1
 over seeds), then compared on the held-out *test* split, so the choice does not peek at the numbers it is
-judged by. The comparison is the held-out mean@k (exact: mean p over test prompts; see
+judged by. The paper profile has no validation probes: there the best arm is chosen on the even-indexed
+held-out prompts and judged on the odd-indexed ones (:func:`_select`). The comparison is the held-out mean@k (exact: mean p over test prompts; see
 :mod:`brorl.study.heldout`) with
 
 - a paired t-test over test prompts (per-prompt p averaged over seeds, best arm minus N=16);
