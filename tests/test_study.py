@@ -139,8 +139,12 @@ def test_sampled_heldout_agrees_with_the_exact_one(tmp_path):
     se = np.sqrt(np.sum(exact["p"] * (1 - exact["p"])) / 256) / exact["p"].size
     assert abs(sampled["p"].mean() - exact["p"].mean()) < 4 * se + 1e-3
     assert np.max(np.abs(sampled["p"] - exact["p"])) < 0.15
+    p = exact["p"]
     for k in (4, 16):
-        assert H.pass_at_k(sampled["p"], k, 256) == pytest.approx(H.pass_at_k(exact["p"], k), abs=0.05)
+        # sampling error of the pass@k estimate (delta method: d pass@k / dp = k (1-p)^(k-1)), mean over prompts;
+        # a fixed tolerance is too tight for a few prompts at small p (pass@16 moves ~9x as much as p there)
+        se_k = np.sqrt(np.sum((k * (1 - p) ** (k - 1)) ** 2 * p * (1 - p) / 256)) / p.size
+        assert abs(H.pass_at_k(sampled["p"], k, 256) - H.pass_at_k(p, k)) < 4 * se_k + 0.01
 
 
 def paper_study_cfg():
