@@ -3,6 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(abspath $(VENV))/bin
 CONFIG ?= config/config.yaml
+# A base and its overlays, merged in order as snakemake's --configfile does:
+#   make reproduce CONFIG="config/config.yaml config/strong.yaml"
 
 # The pipeline's shell commands call `brorl`, `dvc` and `mlflow` from the venv; nothing phones home.
 export PATH := $(BIN):$(PATH)

@@ -174,7 +174,7 @@ def test_cli_validate_config(tmp_path):
     bad = mutate(lambda c: c["theory"]["simulation"].update(n_rollouts=[0]))
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
-    proc = subprocess.run(["brorl", "validate-config", str(PROJECT_ROOT / "config/config.yaml"), str(path)],
+    proc = subprocess.run(["brorl", "validate-config", "--each", str(PROJECT_ROOT / "config/config.yaml"), str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "config.yaml: valid" in proc.stdout

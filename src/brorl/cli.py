@@ -1,6 +1,6 @@
 """Command line of the pipeline: one sub-command per Snakemake rule (rules stay thin).
 
-    brorl validate-config config/config.yaml
+    brorl validate-config config/config.yaml config/strong.yaml
     brorl theory-simulate  --config '<json>' --csv results/theory/simulation.csv ...
     brorl theory-figure3   --config '<json>' --csv ... --figure ... --summary-md ... --summary-csv ...
     brorl theory-sweep     --config '<json>' --csv ... --md ... --png ...
@@ -40,16 +40,26 @@ def _run(args, params: dict | None = None):
 
 
 def cmd_validate_config(args) -> int:
-    from brorl.config import ConfigError, load_config
+    """Check config files: by default the files together, merged in order as `snakemake --configfile FILE...`
+    merges them (a base and its overlays); with --each, every file on its own. Every file is read even when an
+    earlier one is bad; errors name the file and line; the exit status is 1 if anything is bad."""
+    from brorl.config import ConfigError, merge_configs, read_config_files, validate_config
 
+    groups = [[path] for path in args.files] if args.each else [args.files]
     status = 0
-    for path in args.files:
-        try:
-            load_config(path)
-            print(f"{path}: valid")
-        except ConfigError as err:
-            print(f"{path}: {err}", file=sys.stderr)
+    for group in groups:
+        label = " + ".join(group)
+        files, errors = read_config_files(group)
+        if not errors:
+            try:
+                validate_config(merge_configs(f.data for f in files), sources=files)
+            except ConfigError as err:
+                errors += err.errors
+        if errors:
+            print(f"{label}: invalid\n  " + "\n  ".join(errors), file=sys.stderr)
             status = 1
+        else:
+            print(f"{label}: valid")
     return status
 
 
@@ -535,7 +545,7 @@ def cmd_pull(args) -> int:
     subprocess.run(["dvc", "pull", *args.targets], check=True)
     cmd = ["snakemake", "--touch", "--cores", "1", "--quiet", "all"]
     if args.configfile:
-        cmd += ["--configfile", args.configfile]
+        cmd += ["--configfile", *args.configfile]
     subprocess.run(cmd, check=True)
     print("[pull] outputs restored and marked up to date; `snakemake -n` should report nothing to do")
     return 0
@@ -546,8 +556,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("validate-config", help="validate config files against the schema")
-    p.add_argument("files", nargs="+")
+    p = sub.add_parser("validate-config", help="validate config files (a base and its overlays) against the schema")
+    p.add_argument("files", nargs="+", help="merged in order, as `snakemake --configfile FILE...` merges them")
+    p.add_argument("--each", action="store_true", help="check every file on its own instead")
     p.set_defaults(func=cmd_validate_config)
 
     p = sub.add_parser("theory-simulate", help="BroRL Fig. 3 simulation -> simulation.csv")
@@ -698,7 +709,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("pull", help="dvc pull + snakemake --touch (restore outputs on a fresh clone)")
     p.add_argument("targets", nargs="*", help="DVC targets (default: everything)")
-    p.add_argument("--configfile", default=None, help="the profile the outputs were made with")
+    p.add_argument("--configfile", nargs="+", default=None,
+                   help="the profile the outputs were made with (a base and its overlays, as for snakemake)")
     p.set_defaults(func=cmd_pull)
 
     args = parser.parse_args(argv)

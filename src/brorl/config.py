@@ -5,11 +5,22 @@ the Snakefile is parsed, so a bad config stops the workflow before any job start
 config key (as a dotted path, e.g. ``theory.simulation.n_rollouts[0]``) and the rule it violates.
 
 Constraints that JSON Schema cannot express (relations between keys) are checked in
-:func:`cross_field_errors`.
+:func:`cross_field_errors`, and non-finite numbers (``.inf``, ``.nan``) anywhere in :func:`nonfinite_errors`.
+
+Config files are read by :func:`read_config_file`, which keeps the line of every key, and merged in order by
+:func:`merge_configs` exactly as Snakemake merges ``--configfile A B`` (later files update earlier ones,
+recursively for mappings), so an error names the file and line it comes from: ``config/strong.yaml:12:
+rl.arms.sample_budget: ...``. A file that cannot be read (missing, malformed YAML, a tab, a ``!!python`` tag,
+a repeated key) is reported with its file, line and column, never as a traceback.
 """
 
 from __future__ import annotations
 
+import copy
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +31,11 @@ SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):
-    """An invalid configuration; the message lists every violated rule with its key."""
+    """An invalid configuration; the message lists every violated rule (``errors``) with its key."""
+
+    def __init__(self, errors: str | list[str]):
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("invalid config:\n  " + "\n  ".join(self.errors))
 
 
 def _key(path) -> str:
@@ -150,25 +165,185 @@ def _rl_start_errors(config: dict) -> list[str]:
     return errors
 
 
+def nonfinite_errors(value, path=()) -> list[str]:
+    """Every ``.inf``, ``-.inf`` or ``.nan`` in the config, by key: no setting is meaningful at infinity, and
+    JSON Schema's bounds let them through (``nan`` fails no comparison, ``inf`` passes every ``minimum``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{_key(path)}: {value} is not a finite number [rule: finite]"]
+    if isinstance(value, Mapping):
+        return [e for k, v in value.items() for e in nonfinite_errors(v, (*path, str(k)))]
+    if isinstance(value, (list, tuple)):
+        return [e for i, v in enumerate(value) for e in nonfinite_errors(v, (*path, i))]
+    return []
+
+
+@dataclass
+class ConfigFile:
+    """One config source: its name (a path, or ``--config`` for command-line values), its data and the line of
+    every key path (``("rl", "arms", "seeds", 0)`` -> 108; ``None`` where there is no line)."""
+
+    name: str
+    data: dict
+    lines: dict[tuple, int | None] = field(default_factory=dict)
+
+
+def _node_lines(node, path: tuple, lines: dict, duplicates: list[str]) -> None:
+    """The line of every key path under a composed YAML node, and the keys a mapping repeats."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key, line = key_node.value, key_node.start_mark.line + 1
+            if key in seen:
+                duplicates.append(f"{line}: {_key((*path, key))}: repeats the key of line {seen[key]} "
+                                  "(YAML would keep only the last) [rule: unique keys]")
+            seen[key] = line
+            lines[(*path, key)] = line
+            _node_lines(value_node, (*path, key), lines, duplicates)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            lines[(*path, i)] = item.start_mark.line + 1
+            _node_lines(item, (*path, i), lines, duplicates)
+
+
+def read_config_file(path: str | Path) -> ConfigFile:
+    """Parse one YAML config file (safe YAML: no ``!!python`` tags) keeping the line of every key.
+
+    Raises :class:`ConfigError` naming the file (and line and column) when the file is missing, unreadable,
+    malformed, empty, not a mapping or repeats a key.
+    """
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{name}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{name}: cannot read it: {err}") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines, duplicates = {(): 1}, []
+        _node_lines(node, (), lines, duplicates)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+        what = "; ".join(x for x in (err.context, err.problem, err.note) if x)
+        if "\t" in text and "'\\t'" in what:
+            what += " (YAML indents with spaces, never tabs)"
+        raise ConfigError(f"{where}: malformed YAML: {what}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{name}: malformed YAML: {err}") from None
+    finally:
+        loader.dispose()
+    if duplicates:
+        raise ConfigError([f"{name}:{d}" for d in duplicates])
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{name}:1: a config file is a mapping of keys, got {got}")
+    return ConfigFile(name, data, lines)
+
+
+def merge_configs(configs) -> dict:
+    """Merge config mappings in order as Snakemake's ``--configfile A B`` does (``snakemake.utils.update_config``):
+    a later mapping updates an earlier one key by key, recursively where the new value is a mapping; any other
+    value (a list included) replaces the old one. The inputs are left unchanged."""
+    def update(base, overlay):
+        for key, value in overlay.items():
+            if not isinstance(base, Mapping):
+                base = {}
+            base[key] = update(base.get(key, {}), value) if isinstance(value, Mapping) else value
+        return base
+
+    merged: dict = {}
+    for config in configs:
+        update(merged, copy.deepcopy(config))
+    return merged
+
+
+_KEY = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+|\[\d+\])*")
+
+
+def _origin(message: str, sources: list[ConfigFile]) -> str | None:
+    """``file:line`` of the key an error message starts with: the last source that sets the key (or, for a
+    missing key, its nearest parent)."""
+    match = _KEY.match(message)
+    if not match:
+        return None
+    path = tuple(int(i) if i else k for k, i in re.findall(r"([^.\[\]]+)|\[(\d+)\]", match.group()))
+    for end in range(len(path), -1, -1):
+        for source in reversed(sources):
+            if path[:end] in source.lines:
+                line = source.lines[path[:end]]
+                return source.name if line is None else f"{source.name}:{line}"
+    return None
+
+
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
     with open(path) as fh:
         return yaml.safe_load(fh)
 
 
-def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH) -> dict:
-    """Raise :class:`ConfigError` naming every bad key; return the config unchanged when valid."""
+def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,
+                    sources: list[ConfigFile] | None = None) -> dict:
+    """Raise :class:`ConfigError` naming every bad key; return the config unchanged when valid.
+
+    With ``sources`` (the files the config was merged from), each error starts with the file and line of its key.
+    """
     schema = schema if isinstance(schema, dict) else load_schema(schema)
     if not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping, got {type(config).__name__}")
-    errors = schema_errors(config, schema)
+    errors = nonfinite_errors(config) + schema_errors(config, schema)
+    if any(re.match(r"\w+: required key is missing", e) for e in errors):
+        errors.append("(top-level keys are missing: is this an overlay? Give its base first, as in "
+                      "`--configfile config/config.yaml config/strong.yaml`)")
     if not errors:
         errors = cross_field_errors(config)
     if errors:
-        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+        if sources:
+            errors = [f"{where}: {e}" if (where := _origin(e, sources)) else e for e in errors]
+        raise ConfigError(errors)
     return config
 
 
-def load_config(path: str | Path, schema: str | Path | dict = SCHEMA_PATH) -> dict[str, Any]:
-    with open(path) as fh:
-        config = yaml.safe_load(fh) or {}
-    return validate_config(config, schema)
+def read_config_files(paths) -> tuple[list[ConfigFile], list[str]]:
+    """Read every file (none is skipped because an earlier one is bad): the files read and the errors."""
+    files, errors = [], []
+    for path in paths:
+        try:
+            files.append(read_config_file(path))
+        except ConfigError as err:
+            errors += err.errors
+    return files, errors
+
+
+def load_config(*paths: str | Path, schema: str | Path | dict = SCHEMA_PATH) -> dict[str, Any]:
+    """Read, merge (as ``snakemake --configfile PATH...``) and validate config files; errors name file and line."""
+    files, errors = read_config_files(paths)
+    if errors:
+        raise ConfigError(errors)
+    return validate_config(merge_configs(f.data for f in files), schema, files)
+
+
+def validate_workflow_config(config: dict, configfiles, overrides: Mapping | None = None,
+                             schema: str | Path | dict = SCHEMA_PATH) -> dict:
+    """The Snakefile's check of the config Snakemake built from ``configfiles`` (in order) and ``--config``
+    ``overrides``: the files are read again with their lines (and as safe YAML: Snakemake's loader would run a
+    ``!!python`` tag), so each error names its file and line, or ``--config``."""
+    here = Path.cwd()
+    files, errors = read_config_files(p.relative_to(here) if p.is_relative_to(here) else p
+                                      for p in map(Path.absolute, map(Path, configfiles)))
+    if errors:
+        raise ConfigError(errors)
+    cli = ConfigFile("--config", dict(overrides or {}))
+    cli.lines = {path: None for path in _paths(cli.data)}
+    return validate_config(config, schema, [*files, cli])
+
+
+def _paths(value, path=()):
+    """Every key path of a mapping (the ``--config`` overrides have no lines)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield (*path, str(k))
+            yield from _paths(v, (*path, str(k)))

@@ -2,9 +2,15 @@
 import json
 from pathlib import Path
 
-from brorl.config import validate_config
+from snakemake.exceptions import WorkflowError
 
-validate_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+from brorl.config import ConfigError, validate_workflow_config
+
+# The files Snakemake merged (the default or the --configfile ones, in order) and --config: errors name file:line.
+try:
+    validate_workflow_config(config, workflow.configfiles, workflow.config_settings.config)
+except ConfigError as err:
+    raise WorkflowError(str(err)) from None
 
 PROFILE = config["profile"]
 TRACKING = json.dumps(config["tracking"], sort_keys=True)
