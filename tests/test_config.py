@@ -1,15 +1,20 @@
 """Config validation: shipped profiles are valid; bad input names the key and the rule, before any job."""
 
 import copy
+import math
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from brorl.config import PROJECT_ROOT, ConfigError, load_config, validate_config
+from brorl.config import (PROJECT_ROOT, SCHEMA_PATH, ConfigError, load_config, merge_configs, read_config_file,
+                          validate_config)
 
-PROFILES = ["config/config.yaml", "config/strong.yaml", "config/paper.yaml", "tests/configs/ci.yaml"]
+# Each profile as Snakemake loads it: a base file and its overlays, in --configfile order.
+PROFILES = ["config/config.yaml", "config/config.yaml config/strong.yaml", "config/paper.yaml",
+            "config/paper.yaml config/paper_study.yaml", "tests/configs/ci.yaml"]
+STRONG_FULL_COMMIT = "4d5afa4"  # the last commit with config/strong.yaml as a full copy of config/config.yaml
 
 
 def tiny():
@@ -18,7 +23,7 @@ def tiny():
 
 @pytest.mark.parametrize("path", PROFILES)
 def test_shipped_profiles_are_valid(path):
-    cfg = load_config(PROJECT_ROOT / path)
+    cfg = load_config(*(PROJECT_ROOT / p for p in path.split()))
     assert cfg["theory"]["simulation"]["vocab_size"] >= cfg["theory"]["simulation"]["num_correct"]
 
 
@@ -189,7 +194,7 @@ def test_command_line_overrides_apply_to_the_default_profile():
         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "profile: 'huge' is not one of" in text
+    assert "--config: profile: 'huge' is not one of" in text  # named by where it came from
     assert "required key is missing" not in text  # the rest still comes from config/config.yaml
 
 
@@ -276,3 +281,264 @@ def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
     assert any('"n_rollouts": 512' in b and '"prompts_per_step": 128' in b for b in arms)
     for rule in ("prorl_stage", "study_pool", "sft"):
         assert not any(b.startswith(f"{rule}:") for b in blocks)
+
+
+# --- Values that cannot be right: non-finite numbers and counts beyond their stated bound (issue 20 item 5) ---
+
+def _set(path, value):
+    """An edit setting the dotted ``path`` (``a.b[1]``-style parts as a tuple) of the tiny config to ``value``."""
+    def edit(cfg):
+        node = cfg
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = value
+    return edit
+
+
+NONFINITE = [
+    (("theory", "simulation", "lr"), math.inf, "theory.simulation.lr: inf"),
+    (("theory", "simulation", "lr"), math.nan, "theory.simulation.lr: nan"),
+    (("theory", "simulation", "reward_incorrect"), -math.inf, "theory.simulation.reward_incorrect: -inf"),
+    (("sft", "select_band", 1), math.nan, "sft.select_band[1]: nan"),
+    (("rl", "recipe", "eta0"), math.inf, "rl.recipe.eta0: inf"),          # a free-form RLSettings mapping
+    (("rl", "arms", "settings", "beta"), math.nan, "rl.arms.settings.beta: nan"),
+    (("sft", "max_seconds"), math.inf, "sft.max_seconds: inf"),
+]
+
+
+@pytest.mark.parametrize("path,value,expected", NONFINITE, ids=[e for _, _, e in NONFINITE])
+def test_nonfinite_numbers_are_refused_naming_the_key(path, value, expected):
+    with pytest.raises(ConfigError) as err:
+        validate_config(mutate(_set(path, value)))
+    assert f"{expected} is not a finite number [rule: finite]" in str(err.value)
+
+
+BOUNDS = [  # (key, absurd value, bound in the message); the paper profile's values are far below each
+    (("theory", "simulation", "n_rollouts", 1), 10**12, "theory.simulation.n_rollouts[1]", 1048576),
+    (("theory", "simulation", "vocab_size"), 10**9, "theory.simulation.vocab_size", 10000000),
+    (("theory", "simulation", "steps"), 10**7, "theory.simulation.steps", 1000000),
+    (("rl", "arms", "sample_budget"), 10**30, "rl.arms.sample_budget", 1000000000),
+    (("rl", "arms", "batches", 0, "n_rollouts"), 10**12, "rl.arms.batches[0].n_rollouts", 1048576),
+    (("rl", "recipe", "max_completion_length"), 10**8, "rl.recipe.max_completion_length", 1048576),
+    (("rl", "arms", "settings", "sample_budget"), 10**10, "rl.arms.settings.sample_budget", 1000000000),
+    (("rl", "prorl", "prompts_per_step"), 10**10, "rl.prorl.prompts_per_step", 1000000000),
+    (("sft", "model", "hidden_size"), 10**6, "sft.model.hidden_size", 65536),
+    (("evaluation", "seed"), 2**32, "evaluation.seed", 4294967295),
+    (("evaluation", "k"), 10**6, "evaluation.k", 100000),
+    (("throughput", "threads"), 10**5, "throughput.threads", 1024),
+    (("tasks", "train_size"), 10**12, "tasks.train_size", 1000000000),
+]
+
+
+@pytest.mark.parametrize("path,value,key,bound", BOUNDS, ids=[b[2] for b in BOUNDS])
+def test_counts_beyond_their_bound_are_refused_naming_the_key(path, value, key, bound):
+    with pytest.raises(ConfigError) as err:
+        validate_config(mutate(_set(path, value)))
+    assert f"{key}: {value} is greater than the maximum of {bound}" in str(err.value)
+
+
+def test_more_seeds_than_the_bound_are_refused():
+    with pytest.raises(ConfigError) as err:
+        validate_config(mutate(_set(("rl", "arms", "seeds"), list(range(101)))))
+    assert "rl.arms.seeds: " in str(err.value) and "maxItems=100" in str(err.value)
+
+
+def test_a_study_count_beyond_its_bound_is_refused():
+    with pytest.raises(ConfigError) as err:
+        validate_config(mutate(_study(lambda c: c["study"].update(samples_per_step=10**12))))
+    assert "study.samples_per_step: 1000000000000 is greater than the maximum of 1000000000" in str(err.value)
+
+
+def _integer_schemas(node, where="schema"):
+    if isinstance(node, dict):
+        types = node.get("type")
+        if types == "integer" or (isinstance(types, list) and "integer" in types):
+            yield where, node
+        for key, value in node.items():
+            yield from _integer_schemas(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _integer_schemas(value, f"{where}[{i}]")
+
+
+def test_every_integer_in_the_schema_has_an_upper_bound():
+    """A count without a bound lets 1e30 through; each bound's reason is its description (in $defs) or comment."""
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    unbounded = [where for where, node in _integer_schemas(schema) if "maximum" not in node]
+    assert not unbounded
+    for name, node in schema["$defs"].items():
+        if node.get("type") == "integer":
+            assert "At most" in node["description"], name
+
+
+# --- Files: line numbers, malformed YAML, several files, overlays (issue 20 item 5; issue 18 item 6) ---
+
+MALFORMED = [
+    ("tab", "profile: tiny\ntheory:\n\tsimulation: {}\n", 3, "found character '\\t'"),
+    ("bad indent", "profile: tiny\ntheory:\n    simulation: {}\n  summary_steps: [1]\n", 4, "expected <block end>"),
+    ("python tag", "profile: tiny\ntracking: !!python/object:os.system {}\n", 2, "python/object:os.system"),
+    ("python tuple tag", "profile: !!python/tuple [tiny]\n", 1, "python/tuple"),
+    ("repeated key", "profile: tiny\ndvc: {push: true}\nprofile: paper\n", 3, "repeats the key of line 1"),
+    ("not a mapping", "- profile\n- tiny\n", 1, "a config file is a mapping of keys, got a list"),
+    ("empty", "# nothing\n", 1, "got an empty file"),
+]
+
+
+@pytest.mark.parametrize("name,text,line,fragment", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_malformed_file_is_reported_with_file_and_line(name, text, line, fragment, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_config_file(path)
+    assert f"{path}:{line}:" in str(err.value) and fragment in str(err.value)
+
+
+def test_a_missing_file_is_reported_by_name(tmp_path):
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'nope.yaml'}: no such file"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_errors_name_the_file_and_line_of_their_key(tmp_path):
+    text = (PROJECT_ROOT / "config/config.yaml").read_text()
+    text = text.replace("lr: 1.0e-3 ", "lr: .inf   ").replace("sample_budget: 24576", "sample_budget: 1.0e+30")
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    lines = text.splitlines()
+    lr = next(i for i, s in enumerate(lines, 1) if "lr: .inf" in s)
+    budget = next(i for i, s in enumerate(lines, 1) if "sample_budget: 1.0e+30" in s)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert f"{path}:{lr}: theory.simulation.lr: inf is not a finite number [rule: finite]" in err.value.errors
+    # 1.0e+30 is an integer to JSON Schema (a float with no fraction): the bound refuses it
+    assert any(e.startswith(f"{path}:{budget}: rl.arms.sample_budget: 1e+30 is greater than the maximum")
+               for e in err.value.errors)
+
+
+def test_merge_is_snakemakes(tmp_path):
+    """merge_configs gives what `snakemake --configfile A B` gives (snakemake.utils.update_config), including
+    its corners: lists are replaced, an empty mapping keeps the old value, a mapping replaces a scalar."""
+    from snakemake.utils import update_config
+
+    base = {"a": {"b": [1, 2], "c": 1, "d": 5}, "e": 1, "f": {"g": 1}}
+    overlay = {"a": {"b": [3], "d": {}, "h": None}, "e": {"x": 1}, "f": 2}
+    expected = copy.deepcopy(base)
+    update_config(expected, copy.deepcopy(overlay))
+    assert merge_configs([base, overlay]) == expected
+    assert base["a"]["b"] == [1, 2]  # inputs unchanged
+    for files in (["config/config.yaml", "config/strong.yaml"], ["config/paper.yaml", "config/paper_study.yaml"]):
+        expected = {}
+        for f in files:
+            update_config(expected, yaml.safe_load((PROJECT_ROOT / f).read_text()))
+        assert load_config(*(PROJECT_ROOT / f for f in files)) == expected
+
+
+@pytest.mark.parametrize("base,overlay", [("config/config.yaml", "config/strong.yaml"),
+                                          ("config/paper.yaml", "config/paper_study.yaml")])
+def test_an_overlay_states_only_what_differs_from_its_base(base, overlay):
+    def leaves(node, path=()):
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                yield from leaves(v, (*path, k))
+        else:
+            yield path, node
+
+    base_cfg = yaml.safe_load((PROJECT_ROOT / base).read_text())
+    for path, value in leaves(yaml.safe_load((PROJECT_ROOT / overlay).read_text())):
+        node = base_cfg
+        for part in path:
+            node = node.get(part, "<absent>") if isinstance(node, dict) else "<absent>"
+        assert node != value, f"{overlay}: {'.'.join(path)} repeats the base's value"
+
+
+def test_strong_overlay_on_the_tiny_profile_equals_the_old_full_strong_yaml():
+    """config/strong.yaml was a full copy of config/config.yaml until this commit's parent (4d5afa4); the overlay
+    on its base must give exactly that config, so the strong setting's jobs and config_hash tags are unchanged."""
+    old = subprocess.run(["git", "show", f"{STRONG_FULL_COMMIT}:config/strong.yaml"], cwd=PROJECT_ROOT,
+                         capture_output=True, text=True)
+    if old.returncode != 0:
+        pytest.skip(f"no git history with {STRONG_FULL_COMMIT} here: {old.stderr.strip()}")
+    merged = load_config(PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/strong.yaml")
+    assert merged == yaml.safe_load(old.stdout)
+    assert merged["rl"]["arms"]["seeds"] == [0, 1, 2, 3, 4] and merged["rl"]["arms"]["sample_budget"] == 49152
+
+
+def test_an_overlay_alone_says_it_needs_its_base():
+    with pytest.raises(ConfigError) as err:
+        load_config(PROJECT_ROOT / "config/strong.yaml")
+    assert "config/strong.yaml:1: tracking: required key is missing" in str(err.value)
+    assert "is this an overlay? Give its base first" in str(err.value)
+
+
+def _validate_cli(*args):
+    return subprocess.run(["brorl", "validate-config", *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def test_cli_checks_every_file_and_reports_each_without_a_traceback(tmp_path):
+    good = PROJECT_ROOT / "config/config.yaml"
+    tab, py, bounds = tmp_path / "tab.yaml", tmp_path / "py.yaml", tmp_path / "bounds.yaml"
+    tab.write_text("profile: tiny\n\tdvc: {}\n")
+    py.write_text("profile: tiny\ntheory: !!python/object/apply:os.system ['true']\n")
+    bounds.write_text(yaml.safe_dump(mutate(_set(("rl", "arms", "sample_budget"), 10**30)), sort_keys=False))
+    budget = bounds.read_text().splitlines().index("    sample_budget: 1000000000000000000000000000000") + 1
+    proc = _validate_cli("--each", tab, good, tmp_path / "missing.yaml", py, bounds)
+    assert proc.returncode == 1
+    assert proc.stdout == f"{good}: valid\n"
+    assert f"{tab}:2:1: malformed YAML" in proc.stderr
+    assert f"{tmp_path / 'missing.yaml'}: no such file" in proc.stderr
+    assert f"{py}:2:9: malformed YAML: could not determine a constructor for the tag" in proc.stderr
+    assert f"{bounds}:{budget}: rl.arms.sample_budget: {10**30} is greater than the maximum" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_checks_an_overlay_on_its_base(tmp_path):
+    assert _validate_cli(PROJECT_ROOT / "config/paper.yaml", PROJECT_ROOT / "config/paper_study.yaml").returncode == 0
+    assert _validate_cli(PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/strong.yaml").returncode == 0
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("# a study overlay with two slips\nstudy:\n  seeds: [0]\n  steps: .nan\n  ns: [16, 4096000]\n")
+    proc = _validate_cli(PROJECT_ROOT / "config/paper.yaml", PROJECT_ROOT / "config/paper_study.yaml", overlay)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert f"{overlay}:4: study.steps: nan is not a finite number" in proc.stderr
+    assert f"{overlay}:5: study.ns[1]: 4096000 is greater than the maximum of 1048576" in proc.stderr
+    alone = _validate_cli(PROJECT_ROOT / "config/paper_study.yaml")
+    assert alone.returncode == 1 and "is this an overlay?" in alone.stderr
+
+
+def _plan(tmp_path, *configfiles):
+    return subprocess.run(
+        ["snakemake", "-n", "--configfile", *map(str, configfiles), "--directory", str(tmp_path),
+         "--snakefile", str(PROJECT_ROOT / "Snakefile")],
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+
+
+def test_snakemake_names_the_overlay_file_and_line_before_any_job(tmp_path):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("rl:\n  arms:\n    sample_budget: 49152\n    seeds: !!python/tuple [0, 1]\n")
+    proc = _plan(tmp_path / "out", PROJECT_ROOT / "config/config.yaml", overlay)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Select jobs to execute" not in text
+    # Snakemake's own loader accepts the tag (it builds a tuple); the Snakefile's check reads the files as safe YAML
+    assert f"{overlay}:4:12: malformed YAML: could not determine a constructor for the tag" in text
+    overlay.write_text("theory:\n  simulation:\n    lr: .nan\n")
+    proc = _plan(tmp_path / "out", PROJECT_ROOT / "config/config.yaml", overlay)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"{overlay}:3: theory.simulation.lr: nan is not a finite number" in text
+    assert not (tmp_path / "out" / "results").exists()
+
+
+def test_strong_command_plans_what_the_old_full_strong_yaml_planned(tmp_path):
+    """`snakemake --configfile config/config.yaml config/strong.yaml` (the Snakefile's default config/config.yaml
+    applies only without --configfile) plans the same jobs and commands as the old full file did."""
+    old = subprocess.run(["git", "show", f"{STRONG_FULL_COMMIT}:config/strong.yaml"], cwd=PROJECT_ROOT,
+                         capture_output=True, text=True)
+    if old.returncode != 0:
+        pytest.skip(f"no git history with {STRONG_FULL_COMMIT} here: {old.stderr.strip()}")
+    (tmp_path / "old.yaml").write_text(old.stdout)
+    plans = [_plan(tmp_path / "overlay", PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/strong.yaml"),
+             _plan(tmp_path / "full", tmp_path / "old.yaml")]
+    for proc in plans:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    keep = ("rule ", "localrule ", "    output:", "Shell command:")  # not `reason:` (set order varies per run)
+    commands = [sorted(line for line in p.stdout.splitlines() if line.startswith(keep)) for p in plans]
+    assert commands[0] == commands[1]
+    assert sum(line.startswith("rule train_arm:") for line in commands[0]) == 25  # 5 arms x 5 seeds
+    assert '"sample_budget": 49152' in plans[0].stdout
