@@ -377,7 +377,8 @@ MALFORMED = [
     ("tab", "profile: tiny\ntheory:\n\tsimulation: {}\n", 3, "found character '\\t'"),
     ("bad indent", "profile: tiny\ntheory:\n    simulation: {}\n  summary_steps: [1]\n", 4, "expected <block end>"),
     ("python tag", "profile: tiny\ntracking: !!python/object:os.system {}\n", 2, "python/object:os.system"),
-    ("python tuple tag", "profile: !!python/tuple [tiny]\n", 1, "python/tuple"),
+    ("python tuple tag", "profile: !!python/tuple [tiny]\n", 1, "python/tuple"),  # Snakemake's loader takes both
+    ("python name tag", "profile: tiny\nrl: {recipe: !!python/name:os.system }\n", 2, "python/name:os.system"),
     ("repeated key", "profile: tiny\ndvc: {push: true}\nprofile: paper\n", 3, "repeats the key of line 1"),
     ("not a mapping", "- profile\n- tiny\n", 1, "a config file is a mapping of keys, got a list"),
     ("empty", "# nothing\n", 1, "got an empty file"),

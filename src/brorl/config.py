@@ -329,8 +329,9 @@ def load_config(*paths: str | Path, schema: str | Path | dict = SCHEMA_PATH) -> 
 def validate_workflow_config(config: dict, configfiles, overrides: Mapping | None = None,
                              schema: str | Path | dict = SCHEMA_PATH) -> dict:
     """The Snakefile's check of the config Snakemake built from ``configfiles`` (in order) and ``--config``
-    ``overrides``: the files are read again with their lines (and as safe YAML: Snakemake's loader would run a
-    ``!!python`` tag), so each error names its file and line, or ``--config``."""
+    ``overrides``: the files are read again with their lines, so each error names its file and line (or
+    ``--config``), and as safe YAML: Snakemake's loader (PyYAML's FullLoader) accepts ``!!python/tuple`` and
+    ``!!python/name`` (a Python object such as ``os.system``), this check refuses every ``!!python`` tag."""
     here = Path.cwd()
     files, errors = read_config_files(p.relative_to(here) if p.is_relative_to(here) else p
                                       for p in map(Path.absolute, map(Path, configfiles)))
