@@ -229,7 +229,8 @@ def read_config_file(path: str | Path) -> ConfigFile:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
-        what = "; ".join(x for x in (err.context, err.problem, err.note) if x)
+        context = err.context and err.context + (f" from line {err.context_mark.line + 1}" if err.context_mark else "")
+        what = ": ".join(x for x in (context, err.problem, err.note) if x)
         if "\t" in text and "'\\t'" in what:
             what += " (YAML indents with spaces, never tabs)"
         raise ConfigError(f"{where}: malformed YAML: {what}") from None
