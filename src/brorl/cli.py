@@ -5,7 +5,7 @@
     brorl theory-figure3   --config '<json>' --csv ... --figure ... --summary-md ... --summary-csv ...
     brorl theory-sweep     --config '<json>' --csv ... --md ... --png ...
     brorl dvc-track results/theory [--push]
-    brorl pull [--configfile config/paper.yaml]
+    brorl pull [--configfile config/config.yaml config/strong.yaml]
 
 Rule sub-commands take the config section they consume as JSON (``--config``), the MLflow settings
 (``--tracking``), the profile, and the rule's name and wildcards for the run's tags.
@@ -710,7 +710,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("pull", help="dvc pull + snakemake --touch (restore outputs on a fresh clone)")
     p.add_argument("targets", nargs="*", help="DVC targets (default: everything)")
     p.add_argument("--configfile", nargs="+", default=None,
-                   help="the profile the outputs were made with (a base and its overlays, as for snakemake)")
+                   help="the profile the outputs were made with: a base and its overlays, as for snakemake "
+                        "(give DVC targets before it)")
     p.set_defaults(func=cmd_pull)
 
     args = parser.parse_args(argv)
