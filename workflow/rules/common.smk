@@ -8,7 +8,8 @@ from brorl.config import ConfigError, validate_workflow_config
 
 # The files Snakemake merged (the default or the --configfile ones, in order) and --config: errors name file:line.
 try:
-    validate_workflow_config(config, workflow.configfiles, workflow.config_settings.config)
+    validate_workflow_config(config, workflow.configfiles, workflow.config_settings.config,
+                             Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
