@@ -1,6 +1,7 @@
 """Config validation: shipped profiles are valid; bad input names the key and the rule, before any job."""
 
 import copy
+import json
 import math
 import subprocess
 from pathlib import Path
@@ -392,6 +393,12 @@ def test_a_malformed_file_is_reported_with_file_and_line(name, text, line, fragm
     with pytest.raises(ConfigError) as err:
         read_config_file(path)
     assert f"{path}:{line}:" in str(err.value) and fragment in str(err.value)
+
+
+def test_a_json_config_indented_with_tabs_is_read_as_snakemake_reads_it(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(tiny(), indent="\t"))  # not YAML (a tab), but JSON, which Snakemake tries first
+    assert load_config(path) == tiny()
 
 
 def test_a_missing_file_is_reported_by_name(tmp_path):

@@ -17,6 +17,7 @@ a repeated key) is reported with its file, line and column, never as a traceback
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -227,6 +228,8 @@ def read_config_file(path: str | Path) -> ConfigFile:
         _node_lines(node, (), lines, duplicates)
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as err:
+        if isinstance(data := _json(text), dict):  # Snakemake reads JSON first; JSON may indent with tabs
+            return ConfigFile(name, data, {(): 1})
         mark = err.problem_mark or err.context_mark
         where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
         context = err.context and err.context + (f" from line {err.context_mark.line + 1}" if err.context_mark else "")
@@ -244,6 +247,13 @@ def read_config_file(path: str | Path) -> ConfigFile:
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{name}:1: a config file is a mapping of keys, got {got}")
     return ConfigFile(name, data, lines)
+
+
+def _json(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def merge_configs(configs) -> dict:
