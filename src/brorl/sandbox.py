@@ -120,6 +120,7 @@ and harness set-up, plus ~1.5-2 ms per test case.
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import json
 import logging
@@ -562,6 +563,11 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
+def _remove_own(pid: int, path: str) -> None:
+    if os.getpid() == pid and os.path.lexists(path):  # not from a forked child
+        _rmtree(path)
+
+
 def _sandbox_dir() -> str:
     """A fresh path for one run's sandbox directory: ``<tmp>/brorl-sbx-<pid>-<start time>/<n>``. With a private
     root the directory is a tmpfs inside the sandbox's mount namespace (nothing on disk, nothing to leak);
@@ -580,6 +586,7 @@ def _sandbox_dir() -> str:
                 m = _DIR_PATTERN.fullmatch(name)
                 if m and _start_time(int(m[1])) != m[2]:
                     _rmtree(os.path.join(tmp, name))
+            atexit.register(_remove_own, os.getpid(), _dir_state["parent"])
         _dir_state["count"] += 1
         return os.path.join(_dir_state["parent"], str(_dir_state["count"]))
 
@@ -851,7 +858,8 @@ def _score(spec: TestSpec, cases, isolation, timed_out: bool, err: bytes, config
         return SandboxResult(0.0, "sandbox_error", detail=tail, **common)
     if "setup_error" in statuses:
         logger.warning("code sandbox: a test-case process failed to set itself up")
-    _warn_degraded(common["not_hidden"])
+    if not common["isolation"].get("refused"):
+        _warn_degraded(common["not_hidden"])
     return SandboxResult(passed / total if total else 0.0, "ok", passed=passed, **common)
 
 

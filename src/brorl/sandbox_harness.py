@@ -131,11 +131,13 @@ def mount_setattr(ct, libc, path, flags, attr_set, attr_clr):
                         ct.c_ulong(flags), ct.byref(attr), ct.c_size_t(32))
 
 
-def readable_paths():
+def readable_paths(allow_fork):
     """What model code may read besides its own directory: the interpreter, its standard library, the
-    system's shared libraries (extension modules load them) and the few files libc reads."""
+    system's shared libraries (extension modules load them) and the few files libc reads. The interpreter
+    by the name it was started with (its symlinks, e.g. a venv's bin/python) only where model code may
+    start processes."""
     ver = "python%d.%d" % sys.version_info[:2]
-    paths = [sys.executable, os.path.join(sys.base_prefix, "lib", ver),
+    paths = [sys.executable if allow_fork else os.path.realpath(sys.executable), os.path.join(sys.base_prefix, "lib", ver),
              os.path.join(sys.base_exec_prefix, "lib", ver)]
     paths += list(SYSTEM_LIBS) + list(SYSTEM_FILES)
     return [p for p in paths if os.path.lexists(p)]
@@ -169,11 +171,11 @@ def plan_root(paths):
     return links, kept
 
 
-def mount_private_root(ct, libc, sbx, writable, iso):
+def mount_private_root(ct, libc, sbx, writable, allow_fork, iso):
     """Pivot into a fresh tmpfs root that holds only :func:`readable_paths` (read-only), a private ``/proc``,
     a two-line ``/etc/passwd`` and the sandbox directory (a tmpfs of its own, so it vanishes with the
     namespace). Returns whether it did; on failure the caller's root is left as it was."""
-    links, binds = plan_root(readable_paths())
+    links, binds = plan_root(readable_paths(allow_fork))
     clones, root, done = [], None, False
     try:
         for path in binds:  # cloned before the staging tmpfs can hide a source (an interpreter under /tmp)
@@ -245,9 +247,9 @@ def mount_private_root(ct, libc, sbx, writable, iso):
     return True
 
 
-def setup_mounts(ct, libc, sbx, writable, iso):
+def setup_mounts(ct, libc, sbx, writable, allow_fork, iso):
     libc.mount(None, b"/", None, ct.c_ulong(MS_REC | MS_PRIVATE), None)
-    if mount_private_root(ct, libc, sbx, writable, iso):
+    if mount_private_root(ct, libc, sbx, writable, allow_fork, iso):
         return
     # second best: the host's tree, read-only except the sandbox directory (reads are not confined)
     os.makedirs(sbx, mode=0o700, exist_ok=True)
@@ -740,7 +742,7 @@ def main():
             os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 1)
         prctl(ct, libc, PR_SET_PDEATHSIG, signal.SIGKILL)
         iso["pid_namespace"] = os.getpid() == 1
-        setup_mounts(ct, libc, sbx, opts["allow_file_writes"], iso)
+        setup_mounts(ct, libc, sbx, opts["allow_file_writes"], opts["allow_fork"], iso)
     if not iso["private_root"]:  # on the host's filesystem: a directory of its own there
         os.makedirs(sbx, mode=0o700, exist_ok=True)
         os.chdir(sbx)
