@@ -626,6 +626,30 @@ def test_fallback_is_refused_unless_allowed(tmp_path, monkeypatch):
     assert run(code, config=SandboxConfig(timeout_s=1.0, grace_s=1.5), **wild).score == 1.0 and target.exists()
 
 
+def test_paper_profile_refuses_the_fallback_in_training_and_evaluation(monkeypatch):
+    """The paper profile's switch is off, and the code reward's two callers (training reward, lm-eval scorer)
+    stop with the refusal instead of scoring zeros, on a machine without namespaces (simulated: the default
+    config with namespaces off)."""
+    import functools
+
+    import yaml
+
+    from brorl.evaluation.lm_eval_tasks_paper import paper_utils
+    from brorl.training import paper_data
+
+    with open(os.path.join(PROJECT, "config", "paper.yaml")) as f:
+        assert yaml.safe_load(f)["sandbox"] == {"allow_unconfined": False}
+    monkeypatch.delenv(S.ALLOW_UNCONFINED_ENV, raising=False)
+    monkeypatch.setattr(S, "SandboxConfig", functools.partial(SandboxConfig, namespaces=False))
+    doc = {"tests": json.dumps(ADD_TESTS)}
+    with pytest.raises(S.SandboxUnavailable):
+        paper_utils.process_code(doc, [[fenced(ADD_OK)]])
+    with pytest.raises(S.SandboxUnavailable):
+        paper_data.paper_rewards([{"reward": "code", "tests": ADD_TESTS, "id": "p"}], [fenced(ADD_OK)])
+    monkeypatch.setenv(S.ALLOW_UNCONFINED_ENV, "1")  # the switch on: it runs, unconfined
+    assert paper_utils.process_code(doc, [[fenced(ADD_OK)]])["mean_test_fraction"] == 1.0
+
+
 def test_fallback_results_say_what_they_cannot_hide(iso):
     result = run("print('ok')", ONE_CASE, **UNCONFINED)
     assert result.score == 1.0

@@ -1,5 +1,6 @@
 # Shared helpers: config validation (before any job), MLflow settings, JSON params for the CLI.
 import json
+import os
 from pathlib import Path
 
 from brorl.config import validate_config
@@ -7,6 +8,8 @@ from brorl.config import validate_config
 validate_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
 
 PROFILE = config["profile"]
+if "sandbox" in config:  # the code sandbox's switch reaches every job (and lm-eval, accelerate ranks) this way
+    os.environ["BRORL_SANDBOX_ALLOW_UNCONFINED"] = "1" if config["sandbox"].get("allow_unconfined") else "0"
 TRACKING = json.dumps(config["tracking"], sort_keys=True)
 
 
