@@ -37,16 +37,22 @@ A list of ``{"input": ..., "output": ...}`` dicts is accepted too.
 How a program is run (one sandbox process tree per program, all its test cases inside)
 --------------------------------------------------------------------------------------
 The parent starts ``python -I -S -B -c <bootstrap>`` (no site-packages: model code gets the standard
-library only) with ``start_new_session=True``, a fresh ``tempfile.mkdtemp`` directory as cwd (removed
-afterwards) and a minimal environment (``PATH``, ``HOME`` = ``TMPDIR`` = the sandbox dir, ``LANG``) -- the
-parent's environment variables are never passed.  The bootstrap reads the harness (trusted code,
-pre-compiled) and the test inputs from stdin.  The harness
+library only) with ``start_new_session=True`` and a minimal environment (``PATH``, ``HOME`` = ``TMPDIR`` =
+the sandbox dir, ``LANG``) -- the parent's environment variables are never passed.  The bootstrap reads
+the harness (:mod:`brorl.sandbox_harness`, trusted code, pre-compiled) and the test inputs from stdin.
+The harness
 
 1. enters new **user, network, mount and PID namespaces** (``unshare(2)`` via ctypes; no root needed
-   where unprivileged user namespaces are allowed) and forks the PID namespace's init.  That init mounts
-   a fresh ``/proc`` (other processes, including the trainer and its ``environ``, are invisible), makes
-   the **whole filesystem read-only** (``mount_setattr(MOUNT_ATTR_RDONLY, AT_RECURSIVE)``) except the
-   sandbox directory, drops every capability (bounding, ambient, effective, permitted), sets
+   where unprivileged user namespaces are allowed) and forks the PID namespace's init.  That init
+   **pivots into a private root**: a fresh tmpfs holding, read-only, only the interpreter binary, its
+   standard library (``sys.base_prefix/lib/pythonX.Y``, with ``site-packages`` / ``dist-packages`` under an
+   empty tmpfs), the system's shared libraries (``/lib*``, ``/usr/lib*``: extension modules load them),
+   ``/etc/ld.so.cache``, ``/etc/localtime``, ``/dev/{null,zero,full,random,urandom}``, a one-line
+   ``/etc/passwd`` and ``/etc/group``, a fresh ``/proc`` (other processes, including the trainer and its
+   ``environ``, are invisible) and the **sandbox directory, a tmpfs of its own** (64 MiB; writable only
+   with ``allow_file_writes``).  The host's filesystem is detached: the project tree, the venv, the
+   training data (expected outputs included), caches, ``/root``, ``/home``, ``/etc`` and ``/tmp`` cannot
+   be read.  It then drops every capability (bounding, ambient, effective, permitted), sets
    ``PR_SET_NO_NEW_PRIVS`` and makes itself non-dumpable.  The network namespace has only a loopback
    device, and it is down.
 2. runs **each test case in a fresh fork** of itself, with stdin/stdout/stderr on memfds and every other
@@ -67,32 +73,49 @@ pre-compiled) and the test inputs from stdin.  The harness
 
 The parent never waits unboundedly.  It writes the payload and reads the (bounded) reply with a
 ``selectors`` loop against a hard deadline of ``timeout_s + grace_s``.  After the harness exits (or at the
-deadline) it SIGKILLs the whole process group, reaps the leader and deletes the directory.  Killing the
-group kills the namespace's init, and the kernel then kills every process left in the PID namespace,
-including ones that called ``setsid()``.  No ``preexec_fn`` is used (it is not safe in a multi-threaded
-trainer).  Instead the harness applies every limit in the child before any model code runs, and
-``RLIMIT_NPROC`` can only count the sandbox's own processes *after* the harness has entered the user
-namespace.
+deadline) it SIGKILLs the whole process group and reaps the leader.  Killing the group kills the
+namespace's init, and the kernel then kills every process left in the PID namespace, including ones that
+called ``setsid()``.  No ``preexec_fn`` is used (it is not safe in a multi-threaded trainer).  Instead the
+harness applies every limit in the child before any model code runs, and ``RLIMIT_NPROC`` can only count
+the sandbox's own processes *after* the harness has entered the user namespace.
+
+Nothing is left behind by a killed trainer: with a private root the sandbox directory exists only in the
+sandbox's mount namespace and vanishes with it.  Elsewhere (the fallback) the harness creates it on disk
+as ``<tmp>/brorl-sbx-<pid>-<start time>/<n>``; the parent removes it after each run, and the first run in
+any later process removes the folders of processes that no longer exist (a SIGKILLed trainer's).  When a
+trainer dies, its harnesses stop at their own deadline (``timeout_s``; their reply pipe is then broken)
+and take their PID namespaces with them (tested with a SIGKILLed trainer).
 
 What is real where
 ------------------
-``SandboxResult.isolation`` (and :func:`isolation_report`) says which layers were actually in force.  On
-the project's development machine (Linux 6.18, x86-64, running as **root**, unprivileged user namespaces
-allowed) all of these are in force: network namespace, PID namespace, private ``/proc``, read-only
-filesystem outside the sandbox directory, seccomp, dropped capabilities, rlimits and the audit hook.
-The exception is the kernel process limit:
+``SandboxResult.isolation`` (and :func:`isolation_report`) says which layers were actually in force, and
+``SandboxResult.not_hidden`` says in plain words what the run could *not* hide or prevent (empty with
+full isolation).  On the project's development machine (Linux 6.18, x86-64, running as **root**,
+unprivileged user namespaces allowed) all of these are in force: network namespace, PID namespace,
+private ``/proc``, private root (``private_root``: reads confined), read-only filesystem outside the
+sandbox directory, seccomp, dropped capabilities, rlimits and the audit hook.  The exception is the
+kernel process limit:
 
 * **``RLIMIT_NPROC`` is never enforced for uid 0**, not even inside a user namespace (the kernel exempts
   ``INIT_USER``).  So for a root trainer, process creation is refused outright (seccomp + audit hook),
   ``allow_fork=True`` is ignored (``isolation["process_limit"]`` / ``["fork_allowed"]`` are False), and
   threads are capped only by the audit-hook-level thread cap and ``RLIMIT_AS`` (best effort).  For a
   non-root trainer with user namespaces, ``RLIMIT_NPROC`` counts exactly this sandbox's processes and
-  threads, and ``allow_fork=True`` works (tested by running the system Python as ``nobody``).
+  threads, and ``allow_fork=True`` works (tested by running the system Python as ``nobody``; the private
+  root then also holds the interpreter under the name it was started with, so model code can exec it).
 
-Where user namespaces are refused (Docker's default seccomp profile, Ubuntu's AppArmor userns
-restriction, ...), the harness falls back, and says so in ``isolation``, to **seccomp + rlimits + audit
-hook** in the caller's namespaces:
+**The fallback is refused by default.**  Where user or mount namespaces are refused (Docker's default
+seccomp profile, Ubuntu's AppArmor userns restriction, ...), or ``namespaces=False``, the sandbox cannot
+confine reads: model code could read every file the trainer's user can read, e.g. the paper profile's
+``results/data/rl/code/*.jsonl`` with every problem's expected outputs, and print the right one for its
+stdin (a reward hack; tested).  So the harness then runs no model code and :func:`run_program`,
+:func:`code_reward` and :func:`code_rewards` raise :class:`SandboxUnavailable`, unless
+``SandboxConfig.allow_unconfined`` is set (its default is ``BRORL_SANDBOX_ALLOW_UNCONFINED=1`` in the
+environment; the pipeline sets that from the config key ``sandbox.allow_unconfined``, false in
+``config/paper.yaml``).  Allowed, the fallback is **seccomp + rlimits + audit hook** in the caller's
+namespaces, and each result's ``not_hidden`` lists what it cannot hide:
 
+* reads: **not confined** (the whole filesystem as the trainer's user sees it);
 * network: still blocked (seccomp refuses ``socket(2)``), but there is no network namespace;
 * writes outside the sandbox dir: still blocked by default (seccomp refuses every write-open, create,
   rename, unlink, ...; that also forbids writes *inside* the sandbox dir).  With
@@ -105,8 +128,7 @@ hook** in the caller's namespaces:
 * processes: never allowed (no PID namespace to kill them all).
 
 Without seccomp as well (other architectures than x86-64/aarch64, or filters forbidden), only the audit
-hook and rlimits remain: Python-level blocking, which a determined program could bypass.  Reading files
-is never confined: a program can read anything the trainer's user can read, e.g. ``~/.cache``.  But its
+hook and rlimits remain: Python-level blocking, which a determined program could bypass.  A program's
 only output channel is the reward: its stdout is compared and discarded, and ``keep_output`` keeps it
 for debugging only.
 
@@ -202,7 +224,9 @@ class SandboxConfig:
     elsewhere ``allow_fork`` is ignored (reported as ``isolation["fork_allowed"]``);
     ``allow_file_writes`` permits writes (only inside the sandbox directory when the read-only mount
     namespace is in force, see the module docstring).  ``namespaces`` / ``seccomp`` / ``audit_hook``
-    switch those layers off (for testing the others).  ``keep_output`` keeps stdout / stderr in the
+    switch those layers off (for testing the others).  ``allow_unconfined`` lets model code run where reads
+    cannot be confined (no private root; default: ``BRORL_SANDBOX_ALLOW_UNCONFINED=1`` in the environment);
+    off, such a run raises :class:`SandboxUnavailable` before any model code runs.  ``keep_output`` keeps stdout / stderr in the
     result (debugging only: a program's output may contain whatever it could read).
     """
 
