@@ -22,6 +22,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -905,7 +906,7 @@ def test_harness_failure_is_a_zero_not_an_exception(tmp_path):
 
 def test_harness_from_source_for_another_interpreter(monkeypatch):
     # a sandbox interpreter other than this one gets the harness as source, not as marshalled code
-    monkeypatch.setitem(S._harness_blobs, sys.executable, ("s", open(S._HARNESS_PATH, "rb").read()))
+    monkeypatch.setitem(S._harness_blobs, sys.executable, ("s", Path(S._HARNESS_PATH).read_bytes()))
     assert run(ADD_OK, ADD_TESTS).score == 1.0
 
 

@@ -3,7 +3,15 @@
 Never imported by the trainer: :func:`brorl.sandbox.run_program` sends this file's compiled code to a fresh
 ``python -I -S -B`` over stdin, which runs it as ``__main__``. It uses the standard library only.
 """
-import gc, marshal, os, resource, select, signal, struct, sys, time
+import gc
+import marshal
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
@@ -137,8 +145,8 @@ def readable_paths(allow_fork):
     by the name it was started with (its symlinks, e.g. a venv's bin/python) only where model code may
     start processes."""
     ver = "python%d.%d" % sys.version_info[:2]
-    paths = [sys.executable if allow_fork else os.path.realpath(sys.executable), os.path.join(sys.base_prefix, "lib", ver),
-             os.path.join(sys.base_exec_prefix, "lib", ver)]
+    paths = [sys.executable if allow_fork else os.path.realpath(sys.executable),
+             os.path.join(sys.base_prefix, "lib", ver), os.path.join(sys.base_exec_prefix, "lib", ver)]
     paths += list(SYSTEM_LIBS) + list(SYSTEM_FILES)
     return [p for p in paths if os.path.lexists(p)]
 
