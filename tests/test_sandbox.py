@@ -570,7 +570,8 @@ def test_reads_outside_the_sandbox_fail(tmp_path, iso):
     assert imported.case_status == ("runtime_error",) and "ModuleNotFoundError" in imported.stderr
 
 
-# walks the filesystem for training files with expected outputs and prints the one for its stdin (issue 20)
+# walks the filesystem for training files with expected outputs and prints the one for its stdin (issue 20);
+# /usr is skipped only to keep the walk well inside the time limit on a loaded machine
 REWARD_HACK = """
 import json, os, sys
 wanted = sys.stdin.read()
@@ -583,7 +584,7 @@ def answers(path):
                     return expected
 for top in [HINT, "/tmp", "/work", "/root", "/home", "/"]:
     for folder, dirs, files in os.walk(top):
-        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in ("/proc", "/sys", "/dev")]
+        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in ("/proc", "/sys", "/dev", "/usr")]
         for name in files:
             if name.endswith(".jsonl"):
                 try:
