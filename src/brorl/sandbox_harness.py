@@ -235,12 +235,17 @@ def mount_private_root(ct, libc, sbx, writable, allow_fork, iso):
         if writable and mount_setattr(ct, libc, (root + sbx).encode(), 0, 0, MOUNT_ATTR_RDONLY) != 0:
             return False
         os.chdir(root)
+        new_dev = os.stat(".").st_dev
         if libc.syscall(ct.c_long(nr_of("pivot_root")), ct.c_char_p(b"."), ct.c_char_p(b".")) != 0:
             os.chdir("/")
             return False
         done = True
-        libc.umount2(b".", ct.c_int(MNT_DETACH))  # the old root, stacked on the new one by pivot_root(".", ".")
+        # the old root, stacked on the new one by pivot_root(".", "."): if it stayed, "/" would be the host's
+        if libc.umount2(b".", ct.c_int(MNT_DETACH)) != 0:
+            raise OSError("sandbox: the host's root could not be detached")  # fatal: the run scores 0
         os.chdir("/")
+        if os.stat("/").st_dev != new_dev:
+            raise OSError("sandbox: / is not the private root")
         os.chdir(sbx)
     except OSError:
         if done:
