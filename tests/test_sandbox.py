@@ -705,9 +705,13 @@ def test_sigkilled_trainer_leaves_nothing_behind(mode, iso):
     if mode == "full":
         assert not os.path.exists(parent), "a private-root sandbox left a directory on disk"
         return
-    # the fallback's directories are on disk: the next process that starts a sandbox removes them
+    # the fallback's directories are on disk: the next process that starts a sandbox removes them, and only
+    # those of processes that are gone (this live process's folder stays)
+    live = os.path.dirname(S._sandbox_dir())
+    os.makedirs(live, exist_ok=True)
     subprocess.run([sys.executable, "-c", "from brorl import sandbox; sandbox._sandbox_dir()"], env=env, check=True)
     assert not os.path.exists(parent), "a dead trainer's sandbox directory was not swept"
+    assert os.path.isdir(live), "a live process's sandbox directory was swept"
 
 
 def test_file_writes_when_allowed_stay_inside_the_sandbox(tmp_path, iso):
