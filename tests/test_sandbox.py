@@ -22,6 +22,7 @@ import tempfile
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -371,15 +372,17 @@ def test_thread_bombs_are_capped():
 
 def test_huge_allocations_fail_inside_and_leave_the_parent_alone():
     before = resource.getrlimit(resource.RLIMIT_AS)
+    # zero-filling 512 MiB in 10 MB chunks took 0.93 s at load 6 on 2 cores: a 1 s budget is load-dependent
+    roomy = SandboxConfig(timeout_s=10.0, grace_s=1.5)
     for code in ("x = bytearray(10**10)\nprint('ok')\n",
                  "x = [0] * (10**9)\nprint('ok')\n",
                  "chunks = []\nwhile True:\n    chunks.append(bytearray(10**7))\n"):
         t0 = time.monotonic()
-        result = run(code, keep_output=True)
+        result = run(code, config=roomy, keep_output=True)
         assert result.score == 0.0
         assert result.case_status == ("runtime_error",), (code, result.case_status)
         assert "MemoryError" in result.stderr
-        assert time.monotonic() - t0 < FAST.timeout_s + SLACK
+        assert time.monotonic() - t0 < roomy.timeout_s + SLACK
     assert resource.getrlimit(resource.RLIMIT_AS) == before
     block = bytearray(600 << 20)  # more than the sandbox's 512 MiB: this process is not limited
     assert len(block) == 600 << 20
@@ -410,11 +413,12 @@ def test_huge_output_is_bounded():
 # containment: network, filesystem, environment, other processes
 # ------------------------------------------------------------------------------------------------
 
+UNCONFINED = {"namespaces": False, "allow_unconfined": True}  # the fallback: reads not confined, knowingly allowed
 MODES = {
     "full": {},
-    "no-namespaces": {"namespaces": False},
-    "seccomp-only": {"namespaces": False, "audit_hook": False},
-    "hook-only": {"namespaces": False, "seccomp": False},
+    "no-namespaces": UNCONFINED,
+    "seccomp-only": {**UNCONFINED, "audit_hook": False},
+    "hook-only": {**UNCONFINED, "seccomp": False},
 }
 
 
@@ -477,7 +481,7 @@ def test_seccomp_refuses_raw_syscalls_without_the_audit_hook(iso):
         assert result.isolation["seccomp"] and not result.isolation["audit_hook"]
     assert not os.path.exists(probe)
     # and the probe itself can fail: with seccomp off too, the same calls go through
-    loose = run(code.replace("libc.fork(), ", ""), keep_output=True, namespaces=False, seccomp=False,
+    loose = run(code.replace("libc.fork(), ", ""), keep_output=True, **UNCONFINED, seccomp=False,
                 audit_hook=False)
     assert loose.outputs and loose.outputs[0].startswith("escaped")
     os.unlink(probe)
@@ -499,6 +503,215 @@ def test_writes_outside_the_sandbox_are_blocked(mode, tmp_path):
         assert result.score == 0.0, (mode, code)
     assert not target.exists()
     assert keep.read_text() == "precious"
+
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# prints one line per path: "R <path>" if model code could read (or list) it, "- <path>" if not
+READ_PROBE = """
+import os, sys
+for path in sys.stdin.read().split("\\n"):
+    if not path:
+        continue
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            open(path, "rb").read(1)
+        print("R", path)
+    except OSError:
+        print("-", path)
+"""
+
+
+def _planted_answers(tmp_path) -> tuple[str, dict]:
+    """A training file like results/data/rl/code/*.jsonl outside the sandbox: a problem whose expected output
+    is a secret no program could compute."""
+    secret = f"secret-{os.getpid()}-{time.monotonic_ns()}"
+    tests = {"inputs": ["17 25\n"], "outputs": [secret + "\n"]}
+    folder = tmp_path / "results" / "data" / "rl" / "code"
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text(json.dumps({"id": "p1", "tests": json.dumps(tests)}) + "\n")
+    return str(folder / "train.jsonl"), tests
+
+
+def test_reads_outside_the_sandbox_fail(tmp_path, iso):
+    if not iso.get("private_root"):
+        pytest.skip("no private root here (no user/mount namespaces): reads are not confined, and each result "
+                    "says so (test_fallback_results_say_what_they_cannot_hide)")
+    answers, _ = _planted_answers(tmp_path)
+    import pytest as pytest_module  # a file of the trainer's environment (site-packages)
+
+    secrets = [answers, str(tmp_path), PROJECT, os.path.join(PROJECT, "README.md"), S.__file__, sys.prefix,
+               pytest_module.__file__, os.path.expanduser("~/.cache"), "/root/.bashrc", "/etc/shadow",
+               "/etc/hostname", "/etc/hosts", "/work", "/home"]
+    secrets = [p for p in secrets if os.path.exists(p)]
+    stdlib = os.path.dirname(os.__file__)
+    needed = [stdlib, os.path.join(stdlib, "json", "__init__.py"), "/dev/null", "/etc/passwd"]
+    result = run(READ_PROBE, {"inputs": ["\n".join(secrets + needed) + "\n"], "outputs": [""]}, keep_output=True)
+    lines = dict(line.split(" ", 1)[::-1] for line in result.outputs[0].splitlines())
+    assert [p for p in secrets if lines.get(p) != "-"] == [], result.outputs[0]
+    assert [p for p in needed if lines.get(p) != "R"] == [], result.outputs[0]
+    assert result.isolation["private_root"] and result.not_hidden == ()
+    # /etc/passwd holds the sandbox's own user only, /root only the way to the interpreter (if it lives there)
+    listing = run("import os\nprint(open('/etc/passwd').read())\nprint(sorted(os.listdir('/root')) "
+                  "if os.path.isdir('/root') else [])\nprint(sorted(os.listdir('/')))\n", keep_output=True)
+    passwd, root_entries, top = listing.outputs[0].split("\n\n")[0], *listing.outputs[0].split("\n")[-3:-1]
+    assert passwd.count("\n") == 0 and passwd.startswith("sandbox:x:"), passwd
+    assert all(("/root/" + name) in (sys.base_prefix + "/") for name in json.loads(root_entries.replace("'", '"'))), \
+        root_entries
+    assert "work" not in top and "home" not in top, top
+    # installed packages of the interpreter stay hidden even with sys.path extended by model code
+    import site
+
+    ver = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    dirs = site.getsitepackages() + [os.path.join(sys.base_prefix, "lib", ver, "site-packages")]
+    imported = run(f"import sys\nsys.path[:0] = {dirs!r}\nimport pytest\nprint('imported')\n", keep_output=True)
+    assert imported.case_status == ("runtime_error",) and "ModuleNotFoundError" in imported.stderr
+
+
+# walks the filesystem for training files with expected outputs and prints the one for its stdin (issue 20);
+# /usr is skipped only to keep the walk well inside the time limit on a loaded machine
+REWARD_HACK = """
+import json, os, sys
+wanted = sys.stdin.read()
+def answers(path):
+    with open(path) as f:
+        for line in f:
+            tests = json.loads(json.loads(line)["tests"])
+            for given, expected in zip(tests["inputs"], tests["outputs"]):
+                if given == wanted:
+                    return expected
+for top in [HINT, "/tmp", "/work", "/root", "/home", "/"]:
+    for folder, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in ("/proc", "/sys", "/dev", "/usr")]
+        for name in files:
+            if name.endswith(".jsonl"):
+                try:
+                    found = answers(os.path.join(folder, name))
+                except Exception:
+                    continue
+                if found is not None:
+                    print(found, end="")
+                    sys.exit(0)
+print("not found")
+"""
+
+
+def test_reward_hack_reading_the_training_file_scores_zero(tmp_path, iso):
+    answers, tests = _planted_answers(tmp_path)
+    hack = REWARD_HACK.replace("HINT", repr(os.path.dirname(answers)))
+    honest = "a, b = map(int, input().split())\nprint(a + b)\n"
+    roomy = SandboxConfig(timeout_s=10.0, grace_s=2.0)
+    # the hack is real: where reads are not confined (knowingly allowed), it finds the answers and scores 1
+    assert run(hack, tests, roomy, **UNCONFINED).score == 1.0
+    if not iso.get("private_root"):
+        pytest.skip("no private root here: this reward hack would work (the fallback is refused by default)")
+    result = run(hack, tests, roomy, keep_output=True)
+    assert result.score == 0.0 and result.outputs == ("not found\n",), (result.outputs, result.stderr)
+    assert S.code_reward(fenced(hack), tests, config=roomy) == 0.0
+    assert S.code_reward(fenced(honest), {"inputs": ["17 25\n"], "outputs": ["42\n"]}) == 1.0
+
+
+def test_fallback_is_refused_unless_allowed(tmp_path, monkeypatch):
+    target = tmp_path / "ran.txt"
+    wild = {"namespaces": False, "seccomp": False, "audit_hook": False}  # nothing stops this program's write
+    code = f"open({str(target)!r}, 'w').write('x')\nprint('ok')\n"
+    monkeypatch.delenv(S.ALLOW_UNCONFINED_ENV, raising=False)
+    with pytest.raises(S.SandboxUnavailable, match="allow_unconfined"):
+        run(code, **wild)
+    with pytest.raises(S.SandboxUnavailable):  # not swallowed into a 0.0 reward
+        S.code_rewards([fenced(code)] * 2, [ONE_CASE] * 2, config=SandboxConfig(**wild))
+    assert not target.exists(), "model code ran although the sandbox refused"
+    monkeypatch.setenv(S.ALLOW_UNCONFINED_ENV, "1")
+    assert SandboxConfig().allow_unconfined  # the default follows the environment (the pipeline's switch)
+    assert run(code, config=SandboxConfig(timeout_s=1.0, grace_s=1.5), **wild).score == 1.0 and target.exists()
+
+
+def test_paper_profile_refuses_the_fallback_in_training_and_evaluation(monkeypatch):
+    """The paper profile's switch is off, and the code reward's two callers (training reward, lm-eval scorer)
+    stop with the refusal instead of scoring zeros, on a machine without namespaces (simulated: the default
+    config with namespaces off)."""
+    import functools
+
+    import yaml
+
+    from brorl.evaluation.lm_eval_tasks_paper import paper_utils
+    from brorl.training import paper_data
+
+    with open(os.path.join(PROJECT, "config", "paper.yaml")) as f:
+        assert yaml.safe_load(f)["sandbox"] == {"allow_unconfined": False}
+    monkeypatch.delenv(S.ALLOW_UNCONFINED_ENV, raising=False)
+    monkeypatch.setattr(S, "SandboxConfig", functools.partial(SandboxConfig, namespaces=False))
+    doc = {"tests": json.dumps(ADD_TESTS)}
+    with pytest.raises(S.SandboxUnavailable):
+        paper_utils.process_code(doc, [[fenced(ADD_OK)]])
+    with pytest.raises(S.SandboxUnavailable):
+        paper_data.paper_rewards([{"reward": "code", "tests": ADD_TESTS, "id": "p"}], [fenced(ADD_OK)])
+    monkeypatch.setenv(S.ALLOW_UNCONFINED_ENV, "1")  # the switch on: it runs, unconfined
+    assert paper_utils.process_code(doc, [[fenced(ADD_OK)]])["mean_test_fraction"] == 1.0
+
+
+def test_fallback_results_say_what_they_cannot_hide(iso):
+    result = run("print('ok')", ONE_CASE, **UNCONFINED)
+    assert result.score == 1.0
+    assert any(line.startswith("reads: ") and "training data" in line for line in result.not_hidden), \
+        result.not_hidden
+    assert any(line.startswith("processes: ") for line in result.not_hidden)
+    if iso.get("private_root"):
+        assert run("print('ok')", ONE_CASE).not_hidden == ()
+
+
+def _sandbox_processes(marker: str) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("mode", ["full", "no-namespaces"])
+def test_sigkilled_trainer_leaves_nothing_behind(mode, iso):
+    if mode == "full" and not iso.get("private_root"):
+        pytest.skip("no private root here")
+    options = {} if mode == "full" else UNCONFINED
+    script = textwrap.dedent(f"""
+        import os, sys
+        from brorl import sandbox as S
+        cfg = S.SandboxConfig(timeout_s=1.0, grace_s=1.0, **{options!r})
+        print(os.path.dirname(S._sandbox_dir()), flush=True)
+        while True:
+            S.run_program("import time\\nwhile True: time.sleep(0.01)\\n", {{"inputs": ["\\n"], "outputs": ["x\\n"]}}, cfg)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    trainer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    parent = trainer.stdout.readline().strip()
+    assert parent.startswith(tempfile.gettempdir()), parent
+    deadline = time.monotonic() + 30
+    while not _sandbox_processes(parent) or (mode != "full" and not os.path.isdir(parent)):
+        assert time.monotonic() < deadline and trainer.poll() is None, "no sandbox started"
+        time.sleep(0.02)
+    trainer.kill()  # SIGKILL: no atexit, no finally
+    trainer.wait()
+    trainer.stdout.close()
+    deadline = time.monotonic() + 15  # the harness stops at its own deadline (timeout_s) and then exits
+    while _sandbox_processes(parent) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _sandbox_processes(parent) == [], "sandbox processes outlived the trainer"
+    if mode == "full":
+        assert not os.path.exists(parent), "a private-root sandbox left a directory on disk"
+        return
+    # the fallback's directories are on disk: the next process that starts a sandbox removes them, and only
+    # those of processes that are gone (this live process's folder stays)
+    live = os.path.dirname(S._sandbox_dir())
+    os.makedirs(live, exist_ok=True)
+    subprocess.run([sys.executable, "-c", "from brorl import sandbox; sandbox._sandbox_dir()"], env=env, check=True)
+    assert not os.path.exists(parent), "a dead trainer's sandbox directory was not swept"
+    assert os.path.isdir(live), "a live process's sandbox directory was swept"
 
 
 def test_file_writes_when_allowed_stay_inside_the_sandbox(tmp_path, iso):
@@ -698,7 +911,7 @@ def test_harness_failure_is_a_zero_not_an_exception(tmp_path):
 
 def test_harness_from_source_for_another_interpreter(monkeypatch):
     # a sandbox interpreter other than this one gets the harness as source, not as marshalled code
-    monkeypatch.setitem(S._harness_blobs, sys.executable, ("s", S._HARNESS_SOURCE.encode()))
+    monkeypatch.setitem(S._harness_blobs, sys.executable, ("s", Path(S._HARNESS_PATH).read_bytes()))
     assert run(ADD_OK, ADD_TESTS).score == 1.0
 
 

@@ -37,16 +37,22 @@ A list of ``{"input": ..., "output": ...}`` dicts is accepted too.
 How a program is run (one sandbox process tree per program, all its test cases inside)
 --------------------------------------------------------------------------------------
 The parent starts ``python -I -S -B -c <bootstrap>`` (no site-packages: model code gets the standard
-library only) with ``start_new_session=True``, a fresh ``tempfile.mkdtemp`` directory as cwd (removed
-afterwards) and a minimal environment (``PATH``, ``HOME`` = ``TMPDIR`` = the sandbox dir, ``LANG``) -- the
-parent's environment variables are never passed.  The bootstrap reads the harness (trusted code,
-pre-compiled) and the test inputs from stdin.  The harness
+library only) with ``start_new_session=True`` and a minimal environment (``PATH``, ``HOME`` = ``TMPDIR`` =
+the sandbox dir, ``LANG``) -- the parent's environment variables are never passed.  The bootstrap reads
+the harness (:mod:`brorl.sandbox_harness`, trusted code, pre-compiled) and the test inputs from stdin.
+The harness
 
 1. enters new **user, network, mount and PID namespaces** (``unshare(2)`` via ctypes; no root needed
-   where unprivileged user namespaces are allowed) and forks the PID namespace's init.  That init mounts
-   a fresh ``/proc`` (other processes, including the trainer and its ``environ``, are invisible), makes
-   the **whole filesystem read-only** (``mount_setattr(MOUNT_ATTR_RDONLY, AT_RECURSIVE)``) except the
-   sandbox directory, drops every capability (bounding, ambient, effective, permitted), sets
+   where unprivileged user namespaces are allowed) and forks the PID namespace's init.  That init
+   **pivots into a private root**: a fresh tmpfs holding, read-only, only the interpreter binary, its
+   standard library (``sys.base_prefix/lib/pythonX.Y``, with ``site-packages`` / ``dist-packages`` under an
+   empty tmpfs), the system's shared libraries (``/lib*``, ``/usr/lib*``: extension modules load them),
+   ``/etc/ld.so.cache``, ``/etc/localtime``, ``/dev/{null,zero,full,random,urandom}``, a one-line
+   ``/etc/passwd`` and ``/etc/group``, a fresh ``/proc`` (other processes, including the trainer and its
+   ``environ``, are invisible) and the **sandbox directory, a tmpfs of its own** (64 MiB; writable only
+   with ``allow_file_writes``).  The host's filesystem is detached: the project tree, the venv, the
+   training data (expected outputs included), caches, ``/root``, ``/home``, ``/etc`` and ``/tmp`` cannot
+   be read.  It then drops every capability (bounding, ambient, effective, permitted), sets
    ``PR_SET_NO_NEW_PRIVS`` and makes itself non-dumpable.  The network namespace has only a loopback
    device, and it is down.
 2. runs **each test case in a fresh fork** of itself, with stdin/stdout/stderr on memfds and every other
@@ -67,32 +73,49 @@ pre-compiled) and the test inputs from stdin.  The harness
 
 The parent never waits unboundedly.  It writes the payload and reads the (bounded) reply with a
 ``selectors`` loop against a hard deadline of ``timeout_s + grace_s``.  After the harness exits (or at the
-deadline) it SIGKILLs the whole process group, reaps the leader and deletes the directory.  Killing the
-group kills the namespace's init, and the kernel then kills every process left in the PID namespace,
-including ones that called ``setsid()``.  No ``preexec_fn`` is used (it is not safe in a multi-threaded
-trainer).  Instead the harness applies every limit in the child before any model code runs, and
-``RLIMIT_NPROC`` can only count the sandbox's own processes *after* the harness has entered the user
-namespace.
+deadline) it SIGKILLs the whole process group and reaps the leader.  Killing the group kills the
+namespace's init, and the kernel then kills every process left in the PID namespace, including ones that
+called ``setsid()``.  No ``preexec_fn`` is used (it is not safe in a multi-threaded trainer).  Instead the
+harness applies every limit in the child before any model code runs, and ``RLIMIT_NPROC`` can only count
+the sandbox's own processes *after* the harness has entered the user namespace.
+
+Nothing is left behind by a killed trainer: with a private root the sandbox directory exists only in the
+sandbox's mount namespace and vanishes with it.  Elsewhere (the fallback) the harness creates it on disk
+as ``<tmp>/brorl-sbx-<pid>-<start time>/<n>``; the parent removes it after each run, and the first run in
+any later process removes the folders of processes that no longer exist (a SIGKILLed trainer's).  When a
+trainer dies, its harnesses stop at their own deadline (``timeout_s``; their reply pipe is then broken)
+and take their PID namespaces with them (tested with a SIGKILLed trainer).
 
 What is real where
 ------------------
-``SandboxResult.isolation`` (and :func:`isolation_report`) says which layers were actually in force.  On
-the project's development machine (Linux 6.18, x86-64, running as **root**, unprivileged user namespaces
-allowed) all of these are in force: network namespace, PID namespace, private ``/proc``, read-only
-filesystem outside the sandbox directory, seccomp, dropped capabilities, rlimits and the audit hook.
-The exception is the kernel process limit:
+``SandboxResult.isolation`` (and :func:`isolation_report`) says which layers were actually in force, and
+``SandboxResult.not_hidden`` says in plain words what the run could *not* hide or prevent (empty with
+full isolation).  On the project's development machine (Linux 6.18, x86-64, running as **root**,
+unprivileged user namespaces allowed) all of these are in force: network namespace, PID namespace,
+private ``/proc``, private root (``private_root``: reads confined), read-only filesystem outside the
+sandbox directory, seccomp, dropped capabilities, rlimits and the audit hook.  The exception is the
+kernel process limit:
 
 * **``RLIMIT_NPROC`` is never enforced for uid 0**, not even inside a user namespace (the kernel exempts
   ``INIT_USER``).  So for a root trainer, process creation is refused outright (seccomp + audit hook),
   ``allow_fork=True`` is ignored (``isolation["process_limit"]`` / ``["fork_allowed"]`` are False), and
   threads are capped only by the audit-hook-level thread cap and ``RLIMIT_AS`` (best effort).  For a
   non-root trainer with user namespaces, ``RLIMIT_NPROC`` counts exactly this sandbox's processes and
-  threads, and ``allow_fork=True`` works (tested by running the system Python as ``nobody``).
+  threads, and ``allow_fork=True`` works (tested by running the system Python as ``nobody``; the private
+  root then also holds the interpreter under the name it was started with, so model code can exec it).
 
-Where user namespaces are refused (Docker's default seccomp profile, Ubuntu's AppArmor userns
-restriction, ...), the harness falls back, and says so in ``isolation``, to **seccomp + rlimits + audit
-hook** in the caller's namespaces:
+**The fallback is refused by default.**  Where user or mount namespaces are refused (Docker's default
+seccomp profile, Ubuntu's AppArmor userns restriction, ...), or ``namespaces=False``, the sandbox cannot
+confine reads: model code could read every file the trainer's user can read, e.g. the paper profile's
+``results/data/rl/code/*.jsonl`` with every problem's expected outputs, and print the right one for its
+stdin (a reward hack; tested).  So the harness then runs no model code and :func:`run_program`,
+:func:`code_reward` and :func:`code_rewards` raise :class:`SandboxUnavailable`, unless
+``SandboxConfig.allow_unconfined`` is set (its default is ``BRORL_SANDBOX_ALLOW_UNCONFINED=1`` in the
+environment; the pipeline sets that from the config key ``sandbox.allow_unconfined``, false in
+``config/paper.yaml``).  Allowed, the fallback is **seccomp + rlimits + audit hook** in the caller's
+namespaces, and each result's ``not_hidden`` lists what it cannot hide:
 
+* reads: **not confined** (the whole filesystem as the trainer's user sees it);
 * network: still blocked (seccomp refuses ``socket(2)``), but there is no network namespace;
 * writes outside the sandbox dir: still blocked by default (seccomp refuses every write-open, create,
   rename, unlink, ...; that also forbids writes *inside* the sandbox dir).  With
@@ -105,21 +128,25 @@ hook** in the caller's namespaces:
 * processes: never allowed (no PID namespace to kill them all).
 
 Without seccomp as well (other architectures than x86-64/aarch64, or filters forbidden), only the audit
-hook and rlimits remain: Python-level blocking, which a determined program could bypass.  Reading files
-is never confined: a program can read anything the trainer's user can read, e.g. ``~/.cache``.  But its
+hook and rlimits remain: Python-level blocking, which a determined program could bypass.  A program's
 only output channel is the reward: its stdout is compared and discarded, and ``keep_output`` keeps it
 for debugging only.
 
 Throughput
 ----------
 Measured on the development machine (2 cores shared with other jobs, full isolation), for a trivial
-correct program with 10 stdin/stdout test cases: about 22 programs/s sequentially and 28 programs/s with
-:func:`code_rewards` on 2 workers.  That is about 40 ms of CPU per program: ~20 ms of interpreter start-up
-and harness set-up, plus ~1.5-2 ms per test case.
+correct program with 10 stdin/stdout test cases (``benchmarks/bench_sandbox.py``): about 22 programs/s
+sequentially and 28 programs/s with :func:`code_rewards` on 2 workers (before the private root).  That is
+about 40 ms of CPU per program: ~20 ms of interpreter start-up and harness set-up, plus ~1.5-2 ms per test
+case.  The private root adds about 2 ms of CPU per program (its mounts: 2.4 ms median in isolation):
+measured A/B on 2026-12-04 at load average 10-13, 54 ms against 52 ms of CPU per program, and the same
+throughput within the noise (5.6 against 6.1 programs/s sequentially, 9.4 against 8.9 on 2 workers;
+medians of 5 interleaved runs of 40 programs).
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import json
 import logging
@@ -146,6 +173,7 @@ from brorl.rewards import _column, completion_text
 __all__ = [
     "SandboxConfig",
     "SandboxResult",
+    "SandboxUnavailable",
     "TestSpec",
     "code_reward",
     "code_rewards",
@@ -171,6 +199,9 @@ DEFAULT_MEMORY_MB = 512
 """Address-space limit (``RLIMIT_AS``) of each test-case process, in MiB."""
 DEFAULT_MAX_OUTPUT_BYTES = 1 << 20
 """Upper bound on the stdout one test case may produce (the effective cap is usually much smaller)."""
+ALLOW_UNCONFINED_ENV = "BRORL_SANDBOX_ALLOW_UNCONFINED"
+"""Set to ``1`` to let :class:`SandboxConfig` default to ``allow_unconfined=True`` (the pipeline sets it from
+the config key ``sandbox.allow_unconfined``)."""
 HARNESS_MARKER = "brorl-sandbox-harness"
 """An argument on the command line of every sandbox process (handy for finding strays with ``ps``)."""
 
@@ -197,7 +228,9 @@ class SandboxConfig:
     elsewhere ``allow_fork`` is ignored (reported as ``isolation["fork_allowed"]``);
     ``allow_file_writes`` permits writes (only inside the sandbox directory when the read-only mount
     namespace is in force, see the module docstring).  ``namespaces`` / ``seccomp`` / ``audit_hook``
-    switch those layers off (for testing the others).  ``keep_output`` keeps stdout / stderr in the
+    switch those layers off (for testing the others).  ``allow_unconfined`` lets model code run where reads
+    cannot be confined (no private root; default: ``BRORL_SANDBOX_ALLOW_UNCONFINED=1`` in the environment);
+    off, such a run raises :class:`SandboxUnavailable` before any model code runs.  ``keep_output`` keeps stdout / stderr in the
     result (debugging only: a program's output may contain whatever it could read).
     """
 
@@ -216,6 +249,7 @@ class SandboxConfig:
     max_input_bytes: int = 64 << 20
     grace_s: float = 2.0
     keep_output: bool = False
+    allow_unconfined: bool = field(default_factory=lambda: os.environ.get(ALLOW_UNCONFINED_ENV, "") == "1")
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "grace_s"):
@@ -260,6 +294,12 @@ class SandboxResult:
     outputs: tuple[str, ...] | None = None
     stderr: str = ""
     detail: str = ""
+    not_hidden: tuple[str, ...] = ()
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot confine what model code reads on this machine and ``allow_unconfined`` is off: no
+    model code was run."""
 
 
 @dataclass(frozen=True)
@@ -488,624 +528,8 @@ def _call_match(got_text: str, expected: Any) -> bool:
 # The harness (trusted code that runs inside the sandbox; see the module docstring)
 # --------------------------------------------------------------------------------------------------
 
-_HARNESS_SOURCE = r'''
-import gc, marshal, os, resource, select, signal, struct, sys, time
-
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x20000, 0x10000000, 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 22, 38
-PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
-EXIT_COMPILE, EXIT_SETUP, EXIT_NO_FUNCTION = 65, 70, 66
-WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND | 0x400000
-CLONE_THREAD = 0x10000
-
-# name: (x86_64, aarch64) syscall numbers (None: the syscall does not exist there)
-NR = {
-    "socket": (41, 198), "open": (2, None), "openat": (257, 56), "openat2": (437, 437), "creat": (85, None),
-    "truncate": (76, 45), "rename": (82, None), "renameat": (264, 38), "renameat2": (316, 276),
-    "mkdir": (83, None), "mkdirat": (258, 34), "rmdir": (84, None), "link": (86, None), "linkat": (265, 37),
-    "unlink": (87, None), "unlinkat": (263, 35), "symlink": (88, None), "symlinkat": (266, 36),
-    "chmod": (90, None), "fchmodat": (268, 53), "fchmodat2": (452, 452), "chown": (92, None),
-    "lchown": (94, None), "fchownat": (260, 54), "utime": (132, None), "utimes": (235, None),
-    "utimensat": (280, 88), "futimesat": (261, None), "mknod": (133, None), "mknodat": (259, 33),
-    "setxattr": (188, 5), "lsetxattr": (189, 6), "removexattr": (197, 14), "lremovexattr": (198, 15),
-    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "chroot": (161, 51),
-    "unshare": (272, 97), "setns": (308, 268), "ptrace": (101, 117), "process_vm_readv": (310, 270),
-    "process_vm_writev": (311, 271), "process_madvise": (440, 440), "kcmp": (312, 272),
-    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
-    "bpf": (321, 280), "perf_event_open": (298, 241), "userfaultfd": (323, 282), "keyctl": (250, 219),
-    "add_key": (248, 217), "request_key": (249, 218), "kill": (62, 129), "tkill": (200, 130),
-    "tgkill": (234, 131), "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240),
-    "pidfd_send_signal": (424, 424), "pidfd_open": (434, 434), "pidfd_getfd": (438, 438),
-    "clone": (56, 220), "clone3": (435, 435), "fork": (57, None), "vfork": (58, None),
-    "execve": (59, 221), "execveat": (322, 281), "name_to_handle_at": (303, 264),
-    "open_by_handle_at": (304, 265), "open_tree": (428, 428), "move_mount": (429, 429),
-    "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432), "fspick": (433, 433),
-    "mount_setattr": (442, 442), "acct": (163, 89), "swapon": (167, 224), "swapoff": (168, 225),
-    "quotactl": (179, 60), "fanotify_init": (300, 262),
-}
-ALWAYS_DENY = ("socket", "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "kcmp",
-               "io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open",
-               "userfaultfd", "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root", "chroot",
-               "unshare", "setns", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
-               "mount_setattr", "acct", "swapon", "swapoff", "quotactl", "fanotify_init", "pidfd_open",
-               "pidfd_getfd", "pidfd_send_signal", "tkill", "name_to_handle_at", "open_by_handle_at")
-WRITE_DENY = ("creat", "truncate", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "link",
-              "linkat", "unlink", "unlinkat", "symlink", "symlinkat", "chmod", "fchmodat", "fchmodat2",
-              "chown", "lchown", "fchownat", "utime", "utimes", "utimensat", "futimesat", "mknod", "mknodat",
-              "setxattr", "lsetxattr", "removexattr", "lremovexattr")
-EPERM, EAGAIN, ENOSYS = 1, 11, 38
-WARMUP = """
-import sys
-def f(a, *b, c=1, **d):
-    return [x * 2 for x in range(a) if x % 2], {k: v for k, v in d.items()}, f"{a!r:>4}"
-class C:
-    def m(self):
-        try:
-            while True:
-                break
-        except (ValueError, KeyError) as e:
-            raise
-        finally:
-            pass
-        with open(0) as fh:
-            pass
-        return lambda y: (y, -y, not y, y ** 2, y // 3, y >> 1, y[1:2], (yield y))
-n, *rest = map(int, sys.stdin.readline().split())
-print(*rest, sep=" ", end="\\n")
-"""
-
-
-def read_exact(fd, n):
-    chunks, got = [], 0
-    while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            raise EOFError("payload truncated")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def load_libc():
-    try:
-        import ctypes
-        return ctypes, ctypes.CDLL(None, use_errno=True)
-    except Exception:
-        return None, None
-
-
-def prctl(ct, libc, *args):
-    args = list(args) + [0] * (5 - len(args))
-    return libc.prctl(*[a if not isinstance(a, int) else ct.c_ulong(a) for a in args])
-
-
-def enter_namespaces(ct, libc, iso):
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0:
-        return False
-    iso["user_namespace"] = iso["network_namespace"] = iso["mount_namespace"] = True
-    try:
-        with open("/proc/self/setgroups", "w") as f:
-            f.write("deny")
-    except OSError:
-        pass
-    try:
-        with open("/proc/self/uid_map", "w") as f:
-            f.write("0 %d 1" % uid)
-        with open("/proc/self/gid_map", "w") as f:
-            f.write("0 %d 1" % gid)
-    except OSError:
-        iso["id_mapped"] = False
-    return True
-
-
-def mount_setattr(ct, libc, path, flags, attr_set, attr_clr):
-    attr = (ct.c_uint64 * 4)(attr_set, attr_clr, 0, 0)
-    return libc.syscall(ct.c_long(442), ct.c_long(-100), ct.c_char_p(path), ct.c_ulong(flags),
-                        ct.byref(attr), ct.c_size_t(32))
-
-
-def setup_mounts(ct, libc, sbx, writable, iso):
-    bsbx = sbx.encode()
-    libc.mount(None, b"/", None, ct.c_ulong(MS_REC | MS_PRIVATE), None)
-    if libc.mount(b"proc", b"/proc", b"proc", ct.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), None) == 0:
-        iso["private_proc"] = True
-    elif libc.mount(b"tmpfs", b"/proc", b"tmpfs", ct.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC),
-                    b"size=4k,mode=555") == 0:
-        iso["private_proc"] = True
-    if libc.mount(bsbx, bsbx, None, ct.c_ulong(MS_BIND | MS_REC), None) != 0:
-        return
-    if mount_setattr(ct, libc, b"/", 0x8000, 1, 0) != 0:  # AT_RECURSIVE, MOUNT_ATTR_RDONLY
-        return
-    iso["readonly_fs"] = True
-    if writable:
-        mount_setattr(ct, libc, bsbx, 0x8000, 0, 1)
-    os.chdir(sbx)
-
-
-def bpf_program(allow_fork, allow_writes):
-    """The seccomp filter as a list of 8-byte instructions, and the indices whose operand must be
-    patched with the pid of the process that installs it."""
-    m = os.uname().machine
-    if m == "x86_64":
-        arch, col = 0xC000003E, 0
-    elif m in ("aarch64", "arm64"):
-        arch, col = 0xC00000B7, 1
-    else:
-        return None, ()
-    LD, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
-    ALLOW, ERRNO, KILL = 0x7FFF0000, 0x00050000, 0x80000000
-    ins = lambda code, k, jt=0, jf=0: struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
-    nr = lambda name: NR[name][col]
-    p = [ins(LD, 4), ins(JEQ, arch, 1, 0), ins(RET, KILL), ins(LD, 0)]
-    slots = []
-    if col == 0:
-        p += [ins(JGE, 0x40000000, 0, 1), ins(RET, ERRNO | EPERM)]
-    deny = list(ALWAYS_DENY) + ["openat2"]
-    if not allow_fork:
-        deny += ["fork", "vfork", "execve", "execveat"]
-    if not allow_writes:
-        deny += list(WRITE_DENY)
-    for name in deny:
-        if nr(name) is not None:
-            p += [ins(JEQ, nr(name), 0, 1), ins(RET, ERRNO | (ENOSYS if name == "openat2" else EPERM))]
-    p += [ins(JEQ, nr("clone3"), 0, 1), ins(RET, ERRNO | ENOSYS)]
-    if not allow_writes:
-        for name, arg in (("open", 1), ("openat", 2)):
-            if nr(name) is not None:
-                p += [ins(JEQ, nr(name), 0, 3), ins(LD, 16 + 8 * arg), ins(JSET, WRITE_FLAGS, 0, 1),
-                      ins(RET, ERRNO | EPERM), ins(LD, 0)]
-    if not allow_fork:
-        p += [ins(JEQ, nr("clone"), 0, 4), ins(LD, 16), ins(JSET, CLONE_THREAD, 0, 1), ins(RET, ALLOW),
-              ins(RET, ERRNO | EAGAIN), ins(LD, 0)]
-        for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
-            p += [ins(JEQ, nr(name), 0, 5), ins(LD, 16)]
-            slots.append(len(p))
-            p += [ins(JEQ, 0, 2, 0), ins(JEQ, 0, 1, 0), ins(RET, ERRNO | EPERM), ins(RET, ALLOW), ins(LD, 0)]
-    p.append(ins(RET, ALLOW))
-    return p, slots
-
-
-class SeccompFilter:
-    """A seccomp filter prepared once in the harness; :meth:`install` patches in the caller's pid."""
-
-    def __init__(self, ct, libc, allow_fork, allow_writes):
-        prog, self.slots = bpf_program(allow_fork, allow_writes)
-        self.ok = prog is not None and len(prog) <= 4096
-        if not self.ok:
-            return
-        class SockFprog(ct.Structure):
-            _fields_ = [("len", ct.c_ushort), ("filter", ct.c_void_p)]
-        self.ct, self.libc = ct, libc
-        self.buf = ct.create_string_buffer(b"".join(prog), len(prog) * 8)
-        self.fprog = SockFprog(len(prog), ct.addressof(self.buf))
-        self.args = (ct.c_ulong(PR_SET_SECCOMP), ct.c_ulong(2), ct.byref(self.fprog), ct.c_ulong(0), ct.c_ulong(0))
-
-    def install(self):
-        if not self.ok:
-            return False
-        pid = os.getpid()
-        view = memoryview(self.buf).cast("B")
-        for index in self.slots:
-            struct.pack_into("=I", view, index * 8 + 4, pid)
-        return self.libc.prctl(*self.args) == 0
-
-
-def drop_capabilities(ct, libc):
-    for cap in range(64):
-        if prctl(ct, libc, PR_CAPBSET_DROP, cap) != 0:
-            break
-    prctl(ct, libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-    header = (ct.c_uint32 * 2)(0x20080522, 0)
-    data = (ct.c_uint32 * 6)()
-    return libc.capset(header, data) == 0
-
-
-def install_audit_hook(allow_fork, allow_writes, private_proc, mypid):
-    realpath = os.path.realpath
-    own = ("/proc/self", "/proc/thread-self", "/proc/%d" % mypid)
-    deny = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
-            "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo",
-            "os.killpg", "pty.spawn", "syslog.openlog"}
-    if not allow_fork:
-        deny |= {"os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system", "subprocess.Popen",
-                 "os.spawn"}
-    if not allow_writes:
-        deny |= {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
-                 "os.link", "os.symlink", "os.utime", "os.mkfifo", "os.mknod", "os.setxattr",
-                 "os.removexattr", "shutil.rmtree", "shutil.copyfile", "shutil.move", "shutil.copytree",
-                 "tempfile.mkstemp", "tempfile.mkdtemp"}
-    blocked_imports = {"ctypes", "_ctypes"} if allow_fork else {"ctypes", "_ctypes", "_posixsubprocess"}
-    def hook(event, args):
-        if event in deny or event.startswith("ctypes.") or event.startswith("socket."):
-            raise PermissionError("sandbox: %s is not allowed" % event)
-        if event == "open":
-            path = args[0]
-            if isinstance(path, int):
-                return
-            mode, flags = (args[1] if len(args) > 1 else None), (args[2] if len(args) > 2 else 0)
-            if not allow_writes and ((isinstance(flags, int) and flags & WRITE_FLAGS)
-                                     or (isinstance(mode, str) and any(c in mode for c in "wax+"))):
-                raise PermissionError("sandbox: writing files is not allowed")
-            if not private_proc and isinstance(path, (str, bytes)):
-                try:
-                    p = realpath(os.fsdecode(path))
-                except Exception:
-                    raise PermissionError("sandbox: bad path")
-                if p.startswith("/proc/") and not any(p == o or p.startswith(o + "/") for o in own):
-                    raise PermissionError("sandbox: other processes are not visible")
-        elif event == "import" and args and args[0] in blocked_imports:
-            raise ImportError("sandbox: module %s is not available" % args[0])
-        elif event == "os.kill" and args and args[0] not in (0, mypid) and not allow_fork:
-            raise PermissionError("sandbox: os.kill is not allowed")
-    sys.addaudithook(hook)
-
-
-def set_limit(which, value):
-    try:
-        soft, hard = resource.getrlimit(which)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)
-        resource.setrlimit(which, (value, value))
-    except (ValueError, OSError):
-        pass
-
-
-def child(opts, code_src, in_fd, out_fd, err_fd, status_w, null_fd, ct, libc, seccomp, iso, remaining, cap):
-    """A test-case process: harden, then run the model's program.  Never returns."""
-    try:
-        os.setpgid(0, 0)
-        os.dup2(in_fd, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        os.dup2(status_w, 3)
-        args = None
-        if opts["mode"] == "call":
-            raw = b""
-            while True:
-                chunk = os.read(0, 1 << 20)
-                if not chunk:
-                    break
-                raw += chunk
-            args = json.loads(raw.decode("utf-8"))
-            del raw
-            os.dup2(null_fd, 0)
-        os.closerange(4, max(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
-        mypid = os.getpid()
-        set_limit(resource.RLIMIT_CORE, 0)
-        cpu = max(1, int(remaining + 1.0))
-        try:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        except (ValueError, OSError):
-            pass
-        set_limit(resource.RLIMIT_FSIZE, cap + 1)
-        set_limit(resource.RLIMIT_NOFILE, opts["max_open_files"])
-        if iso.get("user_namespace"):
-            set_limit(resource.RLIMIT_NPROC, opts["max_processes"])
-        try:
-            resource.setrlimit(resource.RLIMIT_STACK, (64 << 20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
-        except (ValueError, OSError):
-            pass
-        set_limit(resource.RLIMIT_AS, opts["memory_mb"] << 20)
-        flags = 0
-        if libc is not None:
-            prctl(ct, libc, PR_SET_NO_NEW_PRIVS, 1)
-            if seccomp is not None and seccomp.install():
-                flags |= 1
-        if opts["audit_hook"]:
-            install_audit_hook(opts["allow_fork"], opts["allow_file_writes"], iso.get("private_proc", False), mypid)
-            flags |= 4
-        os.write(3, bytes([flags]))
-        os.close(3)
-        cap_threads(opts["max_processes"])
-        for name in ("ctypes", "_ctypes", "ctypes._endian"):
-            sys.modules.pop(name, None)
-        ct = libc = None
-        import io
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False), 1 << 16),
-                                                    encoding="utf-8", errors="replace")
-        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
-                                                      encoding="utf-8", errors="replace")
-        sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False), 1 << 12),
-                                                      encoding="utf-8", errors="replace", line_buffering=True)
-        sys.argv = ["solution.py"]
-        sys.dont_write_bytecode = True
-    except BaseException:
-        os._exit(EXIT_SETUP)
-    try:
-        code = compile(code_src, "solution.py", "exec", dont_inherit=True)
-    except BaseException:
-        os._exit(EXIT_COMPILE)
-    del code_src
-    import builtins
-    g = {"__name__": "__main__", "__builtins__": builtins, "__file__": "solution.py"}
-    status = 0
-    try:
-        if args is None:
-            exec(code, g)
-        else:
-            real_stdout = sys.stdout
-            sys.stdout = _Sink()
-            exec(code, g)
-            fn = g.get(opts["fn_name"])
-            if fn is None and isinstance(g.get("Solution"), type):
-                fn = getattr(g["Solution"](), opts["fn_name"], None)
-            if not callable(fn):
-                os._exit(EXIT_NO_FUNCTION)
-            result = fn(*args)
-            sys.stdout = real_stdout
-            text = json.dumps(result, default=repr)
-            data = text.encode("utf-8", errors="replace")
-            while data:
-                data = data[os.write(1, data):]
-    except SystemExit as e:
-        code_ = e.code
-        status = 0 if code_ is None or code_ == 0 else 1
-    except BaseException:
-        status = 1
-        try:
-            import traceback
-            traceback.print_exc(limit=20)
-        except BaseException:
-            pass
-    try:
-        threading = sys.modules.get("threading")
-        if threading is not None:
-            threading._shutdown()
-    except BaseException:
-        pass
-    try:
-        import atexit
-        atexit._run_exitfuncs()
-    except BaseException:
-        pass
-    try:
-        g.clear()
-        import gc
-        gc.collect()
-    except BaseException:
-        pass
-    for stream in (sys.stdout, sys.__stdout__, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            status = status or 1
-    os._exit(status)
-
-
-def cap_threads(limit):
-    """At most ``limit`` threads per test case (best effort: RLIMIT_NPROC does not bind root)."""
-    import _thread
-    start = _thread.start_new_thread
-    budget = [limit]
-    def start_new_thread(function, args, kwargs=None):
-        if budget[0] <= 0:
-            raise RuntimeError("can't start new thread (sandbox thread limit)")
-        budget[0] -= 1
-        return start(function, args, {} if kwargs is None else kwargs)
-    _thread.start_new_thread = _thread.start_new = start_new_thread
-
-
-class _Sink:
-    def write(self, s):
-        return len(s)
-    def flush(self):
-        pass
-
-
-def wait_child(pid, deadline):
-    """Wait for ``pid`` until ``deadline``; returns its wait status, or None after killing it on timeout."""
-    pfd = None
-    try:
-        pfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pass
-    try:
-        if pfd is not None:
-            ready = select.select([pfd], [], [], max(0.0, deadline - time.monotonic()))[0]
-            if ready:
-                return os.waitpid(pid, 0)[1]
-        else:
-            delay = 0.0005
-            while time.monotonic() < deadline:
-                done, st = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    return st
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                delay = min(delay * 2, 0.01)
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return st
-    finally:
-        if pfd is not None:
-            os.close(pfd)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    os.waitpid(pid, 0)
-    return None
-
-
-def reap_strays(pid, pid_ns):
-    if pid_ns:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:
-            pass
-        while True:
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
-            except OSError:
-                break
-    else:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def pread_all(fd, n):
-    chunks, got = [], 0
-    while got < n:
-        chunk = os.pread(fd, min(n - got, 1 << 20), got)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-STATUS_CODES = {"ok": 0, "runtime_error": 1, "timeout": 2, "output_limit": 3, "compile_error": 4,
-                "setup_error": 5}
-RECORD = struct.Struct("!4sIBIId")
-
-
-def emit(fd, i, status, out=b"", err=b"", elapsed=0.0):
-    """One framed record: magic, case index, status code (255: final), len(out), len(err), seconds."""
-    data = RECORD.pack(b"BSR1", i, STATUS_CODES.get(status, 255), len(out), len(err), elapsed) + out + err
-    while data:
-        data = data[os.write(fd, data):]
-
-
-def run_cases(opts, blob, ct, libc, iso):
-    res_fd = 1
-    null_fd = os.open(os.devnull, os.O_RDWR)
-    lengths, caps = opts["lengths"], opts["caps"]
-    code_src = opts.pop("code")
-    deadline = time.monotonic() + opts["timeout"]
-    pid_ns = iso.get("pid_namespace", False)
-    # RLIMIT_NPROC is never enforced for kuid 0 (not even inside a user namespace), so process creation
-    # is only allowed where the kernel counts this sandbox's processes *and* can kill them all.
-    iso["process_limit"] = bool(iso.get("user_namespace") and opts["outer_uid"] != 0)
-    opts["allow_fork"] = iso["fork_allowed"] = bool(opts["allow_fork"] and pid_ns and iso["process_limit"])
-    seccomp = None
-    if libc is not None:
-        iso["capabilities_dropped"] = drop_capabilities(ct, libc)
-        prctl(ct, libc, PR_SET_NO_NEW_PRIVS, 1)
-        if opts["seccomp"]:
-            seccomp = SeccompFilter(ct, libc, opts["allow_fork"], opts["allow_file_writes"])
-    import io
-    io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="replace")  # warm the codec caches
-    compile(WARMUP, "warmup.py", "exec")  # the first compile() in a process is ~1 ms of one-off set-up
-    gc.collect()
-    gc.freeze()
-    offset = 0
-    for i, (n, cap) in enumerate(zip(lengths, caps)):
-        now = time.monotonic()
-        if now >= deadline:
-            emit(res_fd, i, "timeout")
-            break
-        in_fd = os.memfd_create("stdin")
-        out_fd = os.memfd_create("stdout")
-        err_fd = os.memfd_create("stderr")
-        status_r, status_w = os.pipe()
-        pos = 0
-        while pos < n:
-            chunk = os.pread(blob, min(n - pos, 1 << 20), offset + pos)
-            if not chunk:
-                break
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(in_fd, view):]
-            pos += len(chunk)
-        os.lseek(in_fd, 0, os.SEEK_SET)
-        offset += n
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            os.close(status_r)
-            child(opts, code_src, in_fd, out_fd, err_fd, status_w, null_fd, ct, libc, seccomp, iso,
-                  deadline - t0, cap)
-            os._exit(EXIT_SETUP)
-        os.close(status_w)
-        st = wait_child(pid, deadline)
-        elapsed = time.monotonic() - t0
-        reap_strays(pid, pid_ns)
-        try:
-            flag = os.read(status_r, 1)
-        except OSError:
-            flag = b""
-        os.close(status_r)
-        if flag and i == 0:
-            iso["seccomp"] = bool(flag[0] & 1)
-            iso["audit_hook"] = bool(flag[0] & 4)
-        size = os.fstat(out_fd).st_size
-        if st is None:
-            status = "timeout"
-        elif os.WIFSIGNALED(st):
-            sig = os.WTERMSIG(st)
-            status = {signal.SIGXCPU: "timeout", signal.SIGXFSZ: "output_limit"}.get(sig, "runtime_error")
-        else:
-            code = os.WEXITSTATUS(st)
-            status = {0: "ok", EXIT_COMPILE: "compile_error", EXIT_SETUP: "setup_error",
-                      EXIT_NO_FUNCTION: "runtime_error"}.get(code, "runtime_error")
-        if status not in ("timeout", "compile_error", "setup_error") and size > cap:
-            status = "output_limit"
-        out = pread_all(out_fd, min(size, cap)) if status in ("ok", "runtime_error") else b""
-        err = pread_all(err_fd, 4096) if opts["keep_output"] else b""
-        for fd in (in_fd, out_fd, err_fd):
-            os.close(fd)
-        emit(res_fd, i, status, out, err, elapsed)
-        if status in ("timeout", "compile_error", "setup_error"):
-            break
-    emit(res_fd, len(lengths), "done", ",".join(sorted(k for k, v in iso.items() if v)).encode())
-
-
-def main():
-    header_len = struct.unpack("!Q", read_exact(0, 8))[0]
-    opts = marshal.loads(read_exact(0, header_len))
-    total = sum(opts["lengths"])
-    blob = os.memfd_create("inputs")
-    copied = 0
-    while copied < total:
-        chunk = os.read(0, min(total - copied, 1 << 20))
-        if not chunk:
-            raise EOFError("inputs truncated")
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(blob, view):]
-        copied += len(chunk)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    sbx = os.getcwd()
-    iso = {"user_namespace": False, "network_namespace": False, "mount_namespace": False,
-           "pid_namespace": False, "private_proc": False, "readonly_fs": False, "seccomp": False,
-           "capabilities_dropped": False, "audit_hook": False, "rlimits": True, "process_limit": False,
-           "fork_allowed": False}
-    opts["outer_uid"] = os.getuid()
-    if opts["mode"] == "call":
-        import json
-        globals()["json"] = json
-    ct, libc = load_libc()
-    if opts["namespaces"] and libc is not None and enter_namespaces(ct, libc, iso):
-        pid = os.fork()
-        if pid:
-            st = os.waitpid(pid, 0)[1]
-            os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 1)
-        prctl(ct, libc, PR_SET_PDEATHSIG, signal.SIGKILL)
-        iso["pid_namespace"] = os.getpid() == 1
-        try:
-            setup_mounts(ct, libc, sbx, opts["allow_file_writes"], iso)
-        except OSError:
-            pass
-    if libc is not None:
-        prctl(ct, libc, PR_SET_DUMPABLE, 0)
-    set_limit(resource.RLIMIT_CORE, 0)
-    run_cases(opts, blob, ct, libc, iso)
-    os._exit(0)
-
-
-main()
-'''
+_HARNESS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_harness.py")
+"""The harness's source file (read once, compiled, and sent to each sandbox)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1149,6 +573,50 @@ def _rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=fix)
     if os.path.lexists(path):
         shutil.rmtree(path, ignore_errors=True)
+
+
+_DIR_PATTERN = re.compile(r"brorl-sbx-(\d+)-(\d+)")
+_dir_state = {"pid": 0, "count": 0}
+_dir_lock = threading.Lock()
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), or ``None`` if there is no such process: with the
+    pid, it tells a live process from a later one that reused the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:].split()[19].decode()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _remove_own(pid: int, path: str) -> None:
+    if os.getpid() == pid and os.path.lexists(path):  # not from a forked child
+        _rmtree(path)
+
+
+def _sandbox_dir() -> str:
+    """A fresh path for one run's sandbox directory: ``<tmp>/brorl-sbx-<pid>-<start time>/<n>``. With a private
+    root the directory is a tmpfs inside the sandbox's mount namespace (nothing on disk, nothing to leak);
+    elsewhere the harness creates it on disk and the parent removes it. The first call in a process removes
+    the directories of processes that no longer exist (a SIGKILLed trainer's)."""
+    with _dir_lock:
+        if _dir_state["pid"] != os.getpid():  # first call in this process (or a forked child)
+            _dir_state.update(pid=os.getpid(), count=0)
+            tmp = tempfile.gettempdir()
+            _dir_state["parent"] = os.path.join(tmp, f"brorl-sbx-{os.getpid()}-{_start_time(os.getpid())}")
+            try:
+                names = os.listdir(tmp)
+            except OSError:
+                names = []
+            for name in names:
+                m = _DIR_PATTERN.fullmatch(name)
+                if m and _start_time(int(m[1])) != m[2]:
+                    _rmtree(os.path.join(tmp, name))
+            atexit.register(_remove_own, os.getpid(), _dir_state["parent"])
+        _dir_state["count"] += 1
+        return os.path.join(_dir_state["parent"], str(_dir_state["count"]))
 
 
 def _supervise(proc: subprocess.Popen, payload: bytes, deadline: float, out_limit: int) -> tuple[bytes, bytes, bool]:
@@ -1269,7 +737,7 @@ def _parse_reply(data: bytes, total: int):
 
 
 _ISOLATION_KEYS = ("user_namespace", "network_namespace", "mount_namespace", "pid_namespace", "private_proc",
-                   "readonly_fs", "seccomp", "capabilities_dropped", "audit_hook", "rlimits", "process_limit",
+                   "private_root", "readonly_fs", "seccomp", "capabilities_dropped", "audit_hook", "rlimits", "process_limit",
                    "fork_allowed")
 
 # The harness is sent over stdin: a pre-compiled code object (marshal) when the sandbox runs this very
@@ -1299,11 +767,12 @@ def _harness_blob(python: str) -> tuple[str, bytes]:
                 same = os.path.realpath(python) == os.path.realpath(sys.executable)
             except OSError:
                 same = False
+            with open(_HARNESS_PATH, "rb") as f:
+                source = f.read()
             if same:
-                code = compile(_HARNESS_SOURCE, "<brorl-sandbox-harness>", "exec")
-                _harness_blobs[python] = ("m", marshal.dumps(code))
+                _harness_blobs[python] = ("m", marshal.dumps(compile(source, "<brorl-sandbox-harness>", "exec")))
             else:
-                _harness_blobs[python] = ("s", _HARNESS_SOURCE.encode("utf-8"))
+                _harness_blobs[python] = ("s", source)
         return _harness_blobs[python]
 
 
@@ -1326,14 +795,15 @@ def run_program(code: Any, tests: Any, config: SandboxConfig | None = None, **ov
     if inputs is None or sum(map(len, inputs)) > config.max_input_bytes:
         return SandboxResult(0.0, "bad_tests", total=len(spec), detail="inputs unencodable or too large")
     caps = _case_caps(spec, config.max_output_bytes)
-    header = {
+    sbx = _sandbox_dir()
+    header = {"sandbox_dir": sbx,
         "code": code, "mode": spec.mode, "fn_name": spec.fn_name, "lengths": [len(b) for b in inputs],
         "caps": caps, "timeout": float(config.timeout_s), "memory_mb": int(config.memory_mb),
         "max_processes": int(config.max_processes), "max_open_files": int(config.max_open_files),
         "allow_fork": bool(config.allow_fork), "allow_file_writes": bool(config.allow_file_writes),
         "namespaces": bool(config.namespaces), "seccomp": bool(config.seccomp),
         "audit_hook": bool(config.audit_hook),
-        "keep_output": bool(config.keep_output),
+        "keep_output": bool(config.keep_output), "allow_unconfined": bool(config.allow_unconfined),
     }
     try:
         header_bytes = marshal.dumps(header, 4)
@@ -1345,17 +815,14 @@ def run_program(code: Any, tests: Any, config: SandboxConfig | None = None, **ov
     del inputs
     out_limit = sum(caps) + (2 + len(caps)) * 4096 + len(caps) * 8192 + (1 << 16)
 
-    sbx = None
     proc = None
     try:
-        sbx = tempfile.mkdtemp(prefix="brorl-sbx-")
-        os.chmod(sbx, stat.S_IRWXU)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": sbx, "TMPDIR": sbx, "LANG": "C.UTF-8",
                "LC_ALL": "C.UTF-8"}
         argv = [config.python, "-I", "-S", "-B", "-c", _BOOTSTRAP, kind, HARNESS_MARKER, sbx]
         deadline = time.monotonic() + config.timeout_s + config.grace_s
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                cwd=sbx, env=env, start_new_session=True, close_fds=True)
+                                cwd="/", env=env, start_new_session=True, close_fds=True)
         try:
             out, err, timed_out = _supervise(proc, payload, deadline, out_limit)
         finally:
@@ -1367,8 +834,14 @@ def run_program(code: Any, tests: Any, config: SandboxConfig | None = None, **ov
         logger.warning("code sandbox failed: %s: %s", type(exc).__name__, exc)
         result = SandboxResult(0.0, "sandbox_error", total=len(spec), detail=f"{type(exc).__name__}: {exc}")
     finally:
-        if sbx is not None:
+        if os.path.lexists(sbx):  # only where the sandbox had no private root (its tmpfs dies with it)
             _rmtree(sbx)
+    if result.isolation.get("refused"):
+        raise SandboxUnavailable(
+            "the code sandbox cannot confine what model code reads on this machine (no private root: "
+            f"{_unhidden_text(result.isolation)}), so it ran nothing. Allow it knowingly with "
+            f"SandboxConfig(allow_unconfined=True), {ALLOW_UNCONFINED_ENV}=1 or, in the pipeline, the config key "
+            "sandbox.allow_unconfined: true.")
     return replace(result, elapsed_s=time.monotonic() - t_start,
                    harness_pid=proc.pid if proc is not None else None, sandbox_dir=sbx)
 
@@ -1402,7 +875,7 @@ def _score(spec: TestSpec, cases, isolation, timed_out: bool, err: bytes, config
     statuses += ["not_run"] * (total - len(statuses))
     common = dict(total=total, case_status=tuple(statuses), case_times=tuple(times),
                   isolation=dict(isolation or {}), outputs=tuple(outputs) if config.keep_output else None,
-                  stderr=stderr_text)
+                  stderr=stderr_text, not_hidden=_not_hidden(isolation or {}, config))
     if "compile_error" in statuses:
         return SandboxResult(0.0, "compile_error", **common)
     if "timeout" in statuses or (timed_out and isolation is None):
@@ -1413,26 +886,40 @@ def _score(spec: TestSpec, cases, isolation, timed_out: bool, err: bytes, config
         return SandboxResult(0.0, "sandbox_error", detail=tail, **common)
     if "setup_error" in statuses:
         logger.warning("code sandbox: a test-case process failed to set itself up")
-    _warn_degraded(common["isolation"], config)
+    if not common["isolation"].get("refused"):
+        _warn_degraded(common["not_hidden"])
     return SandboxResult(passed / total if total else 0.0, "ok", passed=passed, **common)
 
 
-_warned: set[str] = set()
+_warned: set[tuple[str, ...]] = set()
 
 
-def _warn_degraded(isolation: Mapping[str, bool], config: SandboxConfig) -> None:
-    missing = []
-    if config.namespaces and not isolation.get("network_namespace"):
-        missing.append("namespaces (network/PID/mount)")
-    if config.namespaces and isolation.get("mount_namespace") and not isolation.get("readonly_fs"):
-        missing.append("read-only filesystem")
-    if config.seccomp and not isolation.get("seccomp"):
-        missing.append("seccomp")
-    key = ",".join(missing)
-    if missing and key not in _warned:
-        _warned.add(key)
-        logger.warning("code sandbox running without %s; see brorl.sandbox's docstring for what remains",
-                       " and ".join(missing))
+def _not_hidden(isolation: Mapping[str, bool], config: SandboxConfig | None = None) -> tuple[str, ...]:
+    """What a run's isolation could not hide or prevent, in plain words (empty with full isolation)."""
+    if not isolation:
+        return ()
+    out = []
+    if not isolation.get("private_root"):
+        out.append("reads: model code could read every file the trainer's user can read (the project tree, "
+                   "its training data with expected outputs, caches, /root, /etc)")
+    if not isolation.get("readonly_fs") and (not isolation.get("seccomp") or (config and config.allow_file_writes)):
+        out.append("writes: model code could write wherever the trainer's user can")
+    if not isolation.get("private_proc"):
+        out.append("processes: the host's processes were visible in /proc")
+    if not isolation.get("network_namespace"):
+        out.append("network: no network namespace (" + ("seccomp refused socket(2)" if isolation.get("seccomp")
+                                                        else "only the audit hook refused sockets") + ")")
+    return tuple(out)
+
+
+def _unhidden_text(isolation: Mapping[str, bool]) -> str:
+    return "; ".join(_not_hidden(isolation))
+
+
+def _warn_degraded(not_hidden: tuple[str, ...]) -> None:
+    if not_hidden and not_hidden not in _warned:
+        _warned.add(not_hidden)
+        logger.warning("code sandbox without full isolation: %s (see brorl.sandbox's docstring)", "; ".join(not_hidden))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1466,6 +953,8 @@ def _reward_one(completion: Any, tests: Any, config: SandboxConfig) -> float:
             return 0.0
         score = run_program(code, tests, config).score
         return score if math.isfinite(score) else 0.0
+    except SandboxUnavailable:
+        raise
     except Exception as exc:  # pragma: no cover - run_program already catches everything
         logger.warning("code_reward failed: %s", exc)
         return 0.0
@@ -1506,6 +995,8 @@ def code_rewards(completions: Sequence[Any], tests: Sequence[Any], *, config: Sa
         code, spec = keyed[key]
         try:
             return run_program(code, spec, config).score
+        except SandboxUnavailable:
+            raise
         except Exception as exc:  # pragma: no cover
             logger.warning("code sandbox failed: %s", exc)
             return 0.0
@@ -1562,9 +1053,10 @@ def isolation_report(config: SandboxConfig | None = None) -> Mapping[str, bool]:
     once per config and caches the answer)."""
     config = config or SandboxConfig()
     key = (config.namespaces, config.seccomp, config.audit_hook, config.allow_fork, config.allow_file_writes,
-           config.python)
+           config.python, config.allow_unconfined)
     with _isolation_lock:
         if key not in _isolation_cache:
-            result = run_program("print(input())", {"inputs": ["1\n"], "outputs": ["1\n"]}, config)
+            result = run_program("print(input())", {"inputs": ["1\n"], "outputs": ["1\n"]},
+                                 replace(config, allow_unconfined=True))  # a trusted program: report, not refuse
             _isolation_cache[key] = dict(result.isolation)
         return dict(_isolation_cache[key])

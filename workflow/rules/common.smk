@@ -1,5 +1,6 @@
 # Shared helpers: config validation (before any job), MLflow settings, JSON params for the CLI.
 import json
+import os
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
@@ -14,6 +15,8 @@ except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
 PROFILE = config["profile"]
+if "sandbox" in config:  # the code sandbox's switch reaches every job (and lm-eval, accelerate ranks) this way
+    os.environ["BRORL_SANDBOX_ALLOW_UNCONFINED"] = "1" if config["sandbox"].get("allow_unconfined") else "0"
 TRACKING = json.dumps(config["tracking"], sort_keys=True)
 
 

@@ -103,8 +103,12 @@ def binarize(scores) -> list[int]:
 
 
 def _safe(scorer, doc, completions) -> list[float]:
+    from brorl.sandbox import SandboxUnavailable
+
     try:
         return [float(x) for x in scorer(doc, completions)]
+    except SandboxUnavailable:  # the machine cannot score code safely: stop, do not report zeros
+        raise
     except Exception:  # noqa: BLE001 -- a scorer bug must not take down a whole evaluation
         logger.warning("scoring failed for doc %r; all its completions score 0", _doc_id(doc), exc_info=True)
         return [0.0] * len(completions)
