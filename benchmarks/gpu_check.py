@@ -144,6 +144,15 @@ def generate(engine: str, model, prompts: list[list[int]], n: int, new_tokens: i
     return SAMPLERS[engine](model, prompts, n, new_tokens, -1, 0, seed=0, chunk_samples=chunk)
 
 
+def guard(took: dict[str, float], engine: str, left: float) -> str | None:
+    """Why a cell must be skipped with ``left`` seconds to go, or None: it needs what its engine took on an earlier
+    cell (cells of one engine generate the same samples and tokens), else the slowest engine's time so far."""
+    need = took.get(engine, max(took.values(), default=0.0))
+    if left <= 0 or need > left:
+        return f"time guard: {need:.0f} s needed, {max(left, 0):.0f} s left"
+    return None
+
+
 def piece_throughput(work: Path, opts: dict) -> dict:
     import torch
     import yaml
@@ -178,11 +187,10 @@ def piece_throughput(work: Path, opts: dict) -> dict:
     for n in CELL_ORDER:
         for engine in ENGINES:
             cell = {"n_rollouts": n, "engine": engine, "prompts": total // n, "samples": total}
-            if deadline:
-                need, left = took.get(engine, max(took.values(), default=0.0)), deadline - time.time()
-                if need > left:
-                    write({**cell, "status": "skipped", "reason": f"time guard: {need:.0f} s needed, {left:.0f} s left"})
-                    continue
+            reason = deadline and guard(took, engine, deadline - time.time())
+            if reason:
+                write({**cell, "status": "skipped", "reason": reason})
+                continue
             write({**cell, "status": "started"})
             if gpu:
                 torch.cuda.reset_peak_memory_stats()
@@ -334,7 +342,8 @@ def main(argv=None) -> int:
     for name in PIECES:
         left = None if deadline is None else deadline - time.time()
         limit = None if left is None else (min(left, TRAIN_LIMIT_S) if name == "train" else left)
-        pieces[name] = run_piece(name, work, {**opts, "deadline": deadline}, limit)
+        pieces[name] = (run_piece(name, work, {**opts, "deadline": deadline}, limit) if limit is None or limit > 0
+                        else {"piece": name, "seconds": 0.0, "status": "skipped", "error": "time guard: no time left"})
         row = pieces[name]
         print(f"[gpu_check] {name}: {row['status']} ({row['seconds']:.1f} s) {row.get('error', '')}", flush=True)
     report = {"mode": mode, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start)),
