@@ -25,7 +25,9 @@ gain on a trained model's repeated prefixes.
 Time guard (GPU): the whole check keeps to ``--budget`` seconds (default 450, under the host's 8 minutes).
 Throughput cells run in the order N = 16, 512, 64, 256 (the paper's pair first), engine by engine; a cell is
 skipped when the time its engine took on an earlier cell no longer fits, and a cell still running at the
-budget's end is killed; both are recorded. ``--cpu`` has no time limits (a shared CI machine is slow at times).
+budget's end is killed; both are recorded. A cell is one batch of 512 samples, the fewest that give N = 512 a
+prompt, so the guard drops cells rather than shrinking them. ``--cpu`` has no time limits (a shared CI machine is
+slow at times).
 
 Writes to ``--out`` (default ``$OUT`` if set, else a folder under the work folder): ``gpu_check.json`` (package
 versions, device, every row), ``summary.md`` (the tables), ``throughput.csv``, ``throughput.png`` and
