@@ -104,7 +104,8 @@ def test_time_guard_records_skipped_and_cut_cells(tmp_path):
     rows = gpu_check.throughput_rows(tmp_path)
     assert len(rows) == 12 and all(r["status"] == "skipped" and r["reason"].startswith("time guard:") for r in rows)
     with open(tmp_path / "throughput.rows.jsonl", "a") as f:
-        f.write(json.dumps({"n_rollouts": 64, "engine": "hf", "prompts": 8, "samples": 512, "status": "started"}) + "\n")
+        row = {"n_rollouts": 64, "engine": "hf", "prompts": 8, "samples": 512, "status": "started"}
+        f.write(json.dumps(row) + "\n")
     cut = {(r["n_rollouts"], r["engine"]): r["status"] for r in gpu_check.throughput_rows(tmp_path)}
     assert cut[(64, "hf")] == "cut" and cut[(16, "hf")] == "skipped"
 
