@@ -7,7 +7,6 @@ import importlib.util
 import json
 import re
 import subprocess
-import sys
 import time
 import venv
 from importlib import metadata
