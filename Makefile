@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench clean
+.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench gpu-wheels clean
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,16 @@ mlflow-ui: setup           ## browse the runs at http://127.0.0.1:5000
 
 bench: setup
 	$(BIN)/python benchmarks/bench_simulation.py
+
+# Wheels for benchmarks/gpu_check.py on the one-GPU host (Python 3.12, no network): what it lacks, for cp312
+# x86-64, into an ignored folder that travels with the tree (README, "Paper-profile training").
+GPU_WHEELS ?= .gpu-wheels
+gpu-wheels:                ## download the GPU host's missing wheels (benchmarks/gpu_wheels.txt) into .gpu-wheels/
+	rm -rf $(GPU_WHEELS)
+	$(PYTHON) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+		-d $(GPU_WHEELS) -r benchmarks/gpu_wheels.txt
+	du -sh $(GPU_WHEELS)
 
 clean:                     ## remove pipeline outputs and the local MLflow store (not the DVC remote)
 	rm -rf results resources/models/sft resources/models/*.dvc .snakemake logs mlflow.db mlartifacts report.html

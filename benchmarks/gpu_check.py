@@ -1,110 +1,80 @@
-"""One-command check of the paper-profile pieces at toy size, on one GPU (or, with --cpu, on the CPU engines).
+"""GPU check: rollout throughput of the RL engines on the paper model's architecture, and two RL steps on CUDA.
 
-    python benchmarks/gpu_check.py --model /path/to/hf-folder        # one GPU, a local checkpoint
-    python benchmarks/gpu_check.py --hub nvidia/Nemotron-Research-Reasoning-Qwen-1.5B@main   # fetched (pinned)
-    python benchmarks/gpu_check.py --cpu                              # CPU engines, a tiny model trained here
+On the one-GPU host (no vLLM, no TRL, no network; README, "Paper-profile training"), from the repo root with
+the wheels of `make gpu-wheels` carried in `.gpu-wheels/`:
 
-Pieces, each in its own process (vLLM engines do not share a process well), each with a time limit:
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl &&
+    PYTHONPATH=/tmp/site:src python3 benchmarks/gpu_check.py --out $OUT
 
-    model       the checkpoint: --model as is, --hub through brorl.fetch (revision pinned in a manifest), or
-                (--cpu) a tiny Llama trained here on the tiny tasks in a few seconds
-    data        the paper training data path (brorl.training.paper_data.prepare_train_data) from a local
-                stand-in of the hub (a few DeepScaleR-, Eurus-2- and Reasoning Gym-like problems): no network
-    train       two RL steps of BroRLTrainer on that data with the paper reward (math-verify, sandboxed code,
-                Reasoning Gym verifiers) at small N: vLLM rollouts (TRL colocate, truncated importance sampling)
-                on the GPU, the prefix-tree sampler with --cpu. The stage runner (brorl.training.stage) is not
-                used: it lacks the paper-data hook (see README, "Paper-profile training")
-    eval        a few math problems through lm-eval (brorl.evaluation.runner.evaluate; vllm backend on the GPU,
-                hf with --cpu), k = 2
-    throughput  samples/s at two values of N for the same total samples: vLLM (prefix caching on) on the GPU,
-                the CPU engines of the throughput study (brorl.training.throughput) with --cpu
+    python benchmarks/gpu_check.py --cpu --out DIR     # the same pieces at tiny size on the CPU (the test suite)
 
-It prints one table row per piece (seconds, what it measured, ok / the error) and writes the rows to --out.
-Status: the --cpu mode runs in the test suite; the GPU mode has NOT run yet (no GPU was lent to this project's
-sessions so far), so expect to fix details (vLLM memory settings, dtype) on the first GPU run.
+Pieces, each in a child process (its own log; killed at the time guard, keeping what it already wrote):
+
+    train       a toy model (a tiny Llama trained on 2-digit addition, 60 steps on the CPU) and two ``BroRLTrainer``
+                RL steps on it: prefix-tree engine, dynamic sampling, N=16 x 4 prompts, bf16 on the GPU
+    throughput  samples/s, tokens/s and peak GPU memory of HF generate (``model.generate`` on N repeated
+                rows), the shared-prompt and the prefix-tree engines (``brorl.models.sampling``) at
+                N = 16, 64, 256, 512 with the same total samples per cell, on a randomly initialised model of
+                the paper checkpoint's architecture (``benchmarks/qwen2_1p5b.yaml``, 1.78B parameters), bf16,
+                1,024 new tokens per sample with no end token (every sample runs the full length)
+
+The random model's next-token distribution is nearly uniform over 151,936 tokens, so the N samples of a prompt
+differ from their first token on: the prefix tree has nothing to merge and this measures its overhead, not the
+gain on a trained model's repeated prefixes.
+
+Time guard (GPU): the whole check keeps to ``--budget`` seconds (default 450, under the host's 8 minutes).
+Throughput cells run in the order N = 16, 512, 64, 256 (the paper's pair first), engine by engine; a cell is
+skipped when the time its engine took on an earlier cell no longer fits, and a cell still running at the
+budget's end is killed; both are recorded. A cell is one batch of 512 samples, the fewest that give N = 512 a
+prompt, so the guard drops cells rather than shrinking them. ``--cpu`` has no time limits (a shared CI machine is
+slow at times).
+
+Writes to ``--out`` (default ``$OUT`` if set, else a folder under the work folder): ``gpu_check.json`` (package
+versions, device, every row), ``summary.md`` (the tables), ``throughput.csv``, ``throughput.png`` and
+``gpu_check.log`` (the pieces' output). Exit 0 when every piece ran and wrote its numbers.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
-COMMIT = "0" * 40
-MATH = [("What is $1 + 1$?", "2"), ("What is $2 + 3$?", "5"), ("What is $3 \\cdot 4$?", "12"),
-        ("What is $10 - 4$?", "6"), ("What is $2^5$?", "32"), ("What is $9 + 9$?", "18"),
-        ("What is $7 \\cdot 6$?", "42"), ("What is $100 / 4$?", "25")]
-SUM_TESTS = {"inputs": ["1 2\n", "2 2\n", "5 7\n"], "outputs": ["3\n", "4\n", "12\n"]}
-RG_TASKS = ["basic_arithmetic", "leg_counting"]
-PIECES = ("model", "data", "train", "eval", "throughput")
+ROOT = Path(__file__).resolve().parents[1]
+QWEN2_1P5B = ROOT / "benchmarks" / "qwen2_1p5b.yaml"
+TINY_QWEN2 = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "intermediate_size": 128, "vocab_size": 1024, "max_position_embeddings": 512}
+NS = (16, 64, 256, 512)
+CELL_ORDER = (16, 512, 64, 256)  # BroRL Table 2's pair (N=16 against N=512) first, should the guard cut
+ENGINES = ("hf", "shared_prompt", "prefix_tree")
+PROFILES = {  # per mode: samples per cell (>= the largest N), new tokens, prompt tokens, RL steps' N, budget (s)
+    "gpu": {"total": 512, "new_tokens": 1024, "prompt_len": 256, "train_n": 16, "budget": 450},
+    "cpu": {"total": 512, "new_tokens": 8, "prompt_len": 8, "train_n": 8, "budget": 0},
+}
+PACKAGES = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "safetensors", "tokenizers",
+            "numpy", "pandas", "pyarrow", "dill", "multiprocess", "pyyaml", "matplotlib")
+PIECES = ("train", "throughput")
+TRAIN_LIMIT_S = 180  # the most of the GPU budget the train piece may take (CPU mode here: about 70 s)
 
 
 # --------------------------------------------------------------------------------------------------- pieces
 
-def piece_model(work: Path, opts: dict) -> dict:
-    if opts.get("model"):
-        return {"model": str(Path(opts["model"]).resolve()), "detail": "local folder"}
-    if opts.get("hub"):
-        from brorl.fetch import fetch_model
+def device_info(gpu: bool) -> dict:
+    import torch
 
-        repo, _, rev = opts["hub"].partition("@")
-        info = fetch_model(repo, rev or "main", work / "model", source=opts.get("source"))
-        return {"model": str(work / "model"), "detail": f"{repo}@{info['commit'][:12]} ({info['status']})"}
-    if not opts["cpu"]:
-        raise SystemExit("on the GPU give --model FOLDER or --hub REPO@REV")
-    from brorl.models.toy import toy_model
-
-    toy_model(work / "tiny_tasks", work / "model", max_steps=60, threads=2)
-    return {"model": str(work / "model"), "detail": "tiny Llama (hidden 32, 2 layers) trained here"}
-
-
-def _parquet(rows: list[dict]) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(rows), buf)
-    return buf.getvalue()
-
-
-def standin_hub(root: Path) -> Path:
-    """A local stand-in of the training sources' hub repositories (the layout brorl.fetch reads)."""
-    from brorl.fetch import write_local_snapshot
-
-    write_local_snapshot(root, "agentica-org/DeepScaleR-Preview-Dataset", "main", COMMIT,
-                         {"deepscaler.json": json.dumps([{"problem": p, "answer": a} for p, a in MATH]).encode()},
-                         repo_type="dataset")
-    rows = [{"data_source": "apps", "ability": "code", "reward_model": {"ground_truth": json.dumps(SUM_TESTS)},
-             "prompt": [{"role": "user", "content": f"Problem {i}: read two integers and print their sum."}]}
-            for i in range(4)]
-    write_local_snapshot(root, "PRIME-RL/Eurus-2-RL-Data", "main", COMMIT, {"train.parquet": _parquet(rows)},
-                         repo_type="dataset")
-    return root
-
-
-def piece_data(work: Path, opts: dict) -> dict:
-    from brorl.training.paper_data import prepare_train_data
-
-    hub = standin_hub(work / "hub")
-    marker = prepare_train_data(work / "data", {"validation_per_source": 1, "reasoning_gym_samples_per_task": 4,
-                                                "reasoning_gym_tasks": RG_TASKS},
-                                source=hub, cache_dir=work / "data_cache")
-    # a few math problems as the math500 benchmark's test file (the evaluation piece reads it)
-    bench = work / "bench" / "math500"
-    bench.mkdir(parents=True, exist_ok=True)
-    from brorl.evaluation.paper_data import MATH_INSTRUCTION, PROMPT_SEPARATOR
-
-    with open(bench / "test.jsonl", "w") as f:
-        for i, (p, a) in enumerate(MATH[:4]):
-            f.write(json.dumps({"id": f"check-{i}", "benchmark": "math500", "prompt": p + PROMPT_SEPARATOR +
-                                MATH_INSTRUCTION, "problem": p, "answer": a, "source": "gpu_check"}) + "\n")
-    n = {k: v["n_train"] for k, v in marker["sources"].items()}
-    return {"data": str(work / "data"), "detail": "train problems " + ", ".join(f"{k} {v}" for k, v in n.items())}
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "threads": torch.get_num_threads()}
+    if gpu:
+        p = torch.cuda.get_device_properties(0)
+        info.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1), capability=f"{p.major}.{p.minor}",
+                    bf16=torch.cuda.is_bf16_supported())
+    return info
 
 
 def piece_train(work: Path, opts: dict) -> dict:
@@ -112,152 +82,292 @@ def piece_train(work: Path, opts: dict) -> dict:
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from brorl.tasks.core import format_prompt, read_split
-    from brorl.training.paper_data import make_paper_reward
+    from brorl.models.toy import TOY_TASKS, toy_model
+    from brorl.tasks.core import TaskSettings, format_prompt, max_new_tokens, read_split
     from brorl.training.settings import RLSettings
-    from brorl.training.stage import grpo_config
-    from brorl.training.trainer import BroRLTrainer, learning_rate
+    from brorl.training.stage import grpo_config, make_reward
+    from brorl.training.trainer import BroRLTrainer
 
-    gpu, model = not opts["cpu"], opts["state"]["model"]
-    length = opts["max_tokens"]
-    s = RLSettings(n_rollouts=opts["n"], prompts_per_step=4, steps=2, micro_batch_size=8, eta0=1e-6 if gpu else 1e-3,
-                   b0=4 * opts["n"], max_rounds=2, probe_every=0, checkpoint_every=10, threads=0 if gpu else 2,
-                   temperature=1.0, max_completion_length=length,
-                   generation_engine="vllm" if gpu else "prefix_tree")
-    tok = AutoTokenizer.from_pretrained(model, local_files_only=True)
-    records = read_split(opts["state"]["data"], "train")
-    ds = Dataset.from_dict({"prompt": [format_prompt(tok, r) for r in records], "record_index": list(range(len(records)))})
-    args = grpo_config(s, work / "train_ckpt", length)
-    if gpu:  # toy-size vLLM engine beside the trained model on one GPU
-        args.vllm_gpu_memory_utilization = 0.3
-        args.vllm_max_model_length = 2048 + length
-    trainer = BroRLTrainer(model=model, reward_funcs=make_paper_reward(records, tok), args=args, train_dataset=ds,
+    gpu = not opts["cpu"]
+    if gpu and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: run with --cpu on a machine without a GPU")
+    t0 = time.perf_counter()
+    data, model = work / "tiny_tasks", work / "toy_model"
+    toy_model(data, model, max_steps=60, threads=2)  # trained on the CPU
+    s = RLSettings(n_rollouts=opts["train_n"], prompts_per_step=4, steps=2, micro_batch_size=16, eta0=1e-3,
+                   b0=4 * opts["train_n"], max_rounds=3, probe_every=0, checkpoint_every=10, bf16=gpu,
+                   threads=0 if gpu else 2, generation_engine="prefix_tree", dynamic_sampling=True)
+    tok = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
+    records = read_split(data, "train")
+    ds = Dataset.from_dict({"prompt": [format_prompt(tok, r) for r in records],
+                            "record_index": list(range(len(records)))})
+    length = max_new_tokens(TaskSettings.from_dict(TOY_TASKS), ["add"])
+    trainer = BroRLTrainer(model=str(model), reward_funcs=make_reward(records, tok),
+                           args=grpo_config(s, work / "train_ckpt", length), train_dataset=ds,
                            processing_class=tok, settings=s)
     steps, inner = [], trainer._generate_and_score_completions
 
-    def record(inputs):
+    def record(inputs):  # the trainer's per-step rollout numbers (dynamic sampling: rounds, pass rate)
         out = inner(inputs)
         if trainer.model.training:
             steps.append(dict(trainer.last_rollout))
         return out
 
     trainer._generate_and_score_completions = record
-    t0 = time.perf_counter()
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     trainer.train()
-    seconds = time.perf_counter() - t0
-    gen = sum(x["generated_samples"] for x in steps)
-    return {"detail": f"{len(steps)} steps, N={s.n_rollouts} x 4 prompts, engine {s.generation_engine}, "
-                      f"{gen} samples, reward {sum(x['reward_mean'] for x in steps) / max(len(steps), 1):.3f}, "
-                      f"pass rate {sum(x['dynamic_sampling_pass_rate'] for x in steps) / max(len(steps), 1):.2f}, "
-                      f"lr {learning_rate(s):.2g}, {seconds:.1f} s",
-            "steps": steps, "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if gpu else None}
+    param = next(trainer.model.parameters())
+    return {"steps": steps, "n_rollouts": s.n_rollouts, "prompts_per_step": s.prompts_per_step,
+            "engine": s.generation_engine, "bf16": bool(trainer.args.bf16), "model_device": str(param.device),
+            "param_dtype": str(param.dtype), "seconds": time.perf_counter() - t0,
+            "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if gpu else None, "device": device_info(gpu)}
 
 
-def piece_eval(work: Path, opts: dict) -> dict:
-    from brorl.evaluation.runner import evaluate
+def random_qwen2(config: dict, device: str, dtype):
+    """A randomly initialised Qwen2 causal LM of ``config`` (Qwen2Config keywords) without an end token."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    gpu = not opts["cpu"]
-    out = evaluate(opts["state"]["model"], "math500", work / "bench", work / "eval" / "math500.json", k=2, limit=4,
-                   max_gen_toks=opts["max_tokens"], backend="vllm" if gpu else "hf", device="cuda" if gpu else "cpu",
-                   dtype="bfloat16" if gpu else "float32", threads=None if gpu else 2,
-                   backend_args={"gpu_memory_utilization": 0.4, "max_model_len": 2048 + opts["max_tokens"]}
-                   if gpu else None, log=None)
-    m = out["metrics"]
-    return {"detail": f"math500 stand-in: {int(m['n_problems'])} problems, k=2, mean@2 {m['mean_at_k']:.3f}, "
-                      f"{out['seconds']:.1f} s ({'vllm' if gpu else 'hf'} backend)"}
+    kw = {k: v for k, v in config.items() if k not in ("model_type", "architectures", "torch_dtype")}
+    cfg = Qwen2Config(**{**kw, "eos_token_id": None, "bos_token_id": None, "pad_token_id": None})
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(cfg)
+    return model.to(dtype).eval()
+
+
+def generate(engine: str, model, prompts: list[list[int]], n: int, new_tokens: int, chunk: int):
+    """[n, new_tokens] ids per prompt; no end token (HF: the model has none; samplers: id -1 never drawn)."""
+    from brorl.models.sampling import SAMPLERS, hf_generate_token_ids
+
+    if engine == "hf":
+        return hf_generate_token_ids(model, prompts, n, new_tokens, None, 0, seed=0, chunk_samples=chunk)
+    return SAMPLERS[engine](model, prompts, n, new_tokens, -1, 0, seed=0, chunk_samples=chunk)
+
+
+def guard(took: dict[str, float], engine: str, left: float) -> str | None:
+    """Why a cell must be skipped with ``left`` seconds to go, or None: it needs what its engine took on an earlier
+    cell (cells of one engine generate the same samples and tokens), else the slowest engine's time so far."""
+    need = took.get(engine, max(took.values(), default=0.0))
+    if left <= 0 or need > left:
+        return f"time guard: {need:.0f} s needed, {max(left, 0):.0f} s left"
+    return None
 
 
 def piece_throughput(work: Path, opts: dict) -> dict:
-    ns, model = opts["ns"], opts["state"]["model"]
-    if opts["cpu"]:
-        from brorl.training.throughput import measure_throughput
+    import torch
+    import yaml
 
-        rows = measure_throughput(model, ns=ns, total=max(ns) * 2, engines=["prefix_tree", "hf"], repeats=1,
-                                  threads=2, progress=False)
-        return {"detail": "; ".join(f"{r['engine']} N={r['n_rollouts']}: {r['samples_per_s']:.0f} samples/s"
-                                    for r in rows), "rows": rows}
-    from brorl.training.throughput import measure_throughput
+    gpu, total, new = not opts["cpu"], opts["total"], opts["new_tokens"]
+    device, dtype = ("cuda", torch.bfloat16) if gpu else ("cpu", torch.float32)
+    if not gpu:
+        torch.set_num_threads(2)
+    config = yaml.safe_load(QWEN2_1P5B.read_text()) if gpu else TINY_QWEN2
+    model = random_qwen2(config, device, dtype)
+    params = sum(p.numel() for p in model.parameters())
+    weights_mb = torch.cuda.memory_allocated() / 2**20 if gpu else 0.0
+    info = {"model": f"random Qwen2, {params / 1e9:.3g}B parameters" + (f" ({QWEN2_1P5B.name})" if gpu else ""),
+            "params": params, "dtype": str(dtype), "weights_mb": weights_mb, "device": device_info(gpu)}
+    (work / "throughput.info.json").write_text(json.dumps(info))  # kept should the time guard end the piece
+    gen = torch.Generator().manual_seed(1)
+    prompts = torch.randint(0, config["vocab_size"], (total // min(NS), opts["prompt_len"]), generator=gen).tolist()
+    rows_file, deadline = work / "throughput.rows.jsonl", opts.get("deadline")
 
-    rows = measure_throughput(model, ns=ns, total=max(ns) * 4, engines=["vllm", "vllm_no_prefix_cache"], repeats=1,
-                              max_tokens=opts["max_tokens"], progress=False,
-                              vllm_args={"gpu_memory_utilization": 0.3, "max_model_len": 2048 + opts["max_tokens"]})
-    return {"detail": "; ".join(f"{r['engine']} N={r['n_rollouts']}: {r['samples_per_s']:.0f} samples/s, "
-                                f"{r['tokens_per_s']:.0f} tok/s" for r in rows), "rows": rows}
+    def write(row):
+        with open(rows_file, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    def sync():
+        if gpu:
+            torch.cuda.synchronize()
+
+    for engine in ENGINES:  # warm-up: kernels, allocator, cuBLAS handles
+        generate(engine, model, prompts[:1], 16, 8, total)
+    sync()
+    took: dict[str, float] = {}
+    for n in CELL_ORDER:
+        for engine in ENGINES:
+            cell = {"n_rollouts": n, "engine": engine, "prompts": total // n, "samples": total}
+            reason = deadline and guard(took, engine, deadline - time.time())
+            if reason:
+                write({**cell, "status": "skipped", "reason": reason})
+                continue
+            write({**cell, "status": "started"})
+            if gpu:
+                torch.cuda.reset_peak_memory_stats()
+            sync()
+            t0 = time.perf_counter()
+            out = generate(engine, model, prompts[: total // n], n, new, total)
+            sync()
+            seconds = time.perf_counter() - t0
+            took[engine] = seconds
+            shapes = {tuple(t.shape) for t in out}
+            if shapes != {(n, new)}:
+                raise RuntimeError(f"{engine} at N={n} returned blocks of shape {shapes}, expected {(n, new)}")
+            peak = torch.cuda.max_memory_allocated() / 2**20 if gpu else None
+            write({**cell, "status": "ok", "new_tokens": new, "seconds": seconds, "samples_per_s": total / seconds,
+                   "tokens_per_s": total * new / seconds, "mean_length": float(new), "repeats": 1,
+                   "threads": torch.get_num_threads(), "peak_mb": peak,
+                   "peak_over_weights_mb": None if peak is None else peak - weights_mb})
+            print(f"[throughput] N={n:4d} {engine:14s} {total / seconds:9.1f} samples/s "
+                  f"{total * new / seconds:10.0f} tokens/s  {seconds:6.1f} s  peak {peak or 0:8.0f} MB", flush=True)
+            del out
+    return info
 
 
-RUNNERS = {"model": piece_model, "data": piece_data, "train": piece_train, "eval": piece_eval,
-           "throughput": piece_throughput}
+RUNNERS = {"train": piece_train, "throughput": piece_throughput}
 
 
 # --------------------------------------------------------------------------------------------------- driver
 
-def run_piece(name: str, work: Path, opts: dict, timeout: float) -> dict:
-    """Run one piece in a child process; returns its row (status ok / failed / timeout)."""
-    spec = work / f"{name}.in.json"
-    result = work / f"{name}.out.json"
-    spec.write_text(json.dumps(opts))
-    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0" if opts.get("hub") else "1"),
-           "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false", "MLFLOW_DISABLE_TELEMETRY": "true"}
+def run_piece(name: str, work: Path, opts: dict, limit: float | None) -> dict:
+    """Run one piece in a child process (killed after ``limit`` seconds, if given); its row."""
+    (work / f"{name}.in.json").write_text(json.dumps(opts))
+    result, log = work / f"{name}.out.json", work / f"{name}.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, __file__, "--piece", name, "--work", str(work)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"piece": name, "status": "timeout", "seconds": time.perf_counter() - t0,
-                "detail": f"past {timeout:.0f} s"}
-    seconds = time.perf_counter() - t0
-    (work / f"{name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0 or not result.exists():
-        tail = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()][-1:] or ["?"]
-        return {"piece": name, "status": "failed", "seconds": seconds, "detail": tail[0][:300],
-                "log": str(work / f"{name}.log")}
-    return {"piece": name, "status": "ok", "seconds": seconds, **json.loads(result.read_text())}
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, __file__, "--piece", name, "--work", str(work)], env=env,
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    row = {"piece": name, "seconds": time.perf_counter() - t0}
+    if proc.returncode == 0 and result.exists():
+        return {**row, "status": "ok", **json.loads(result.read_text())}
+    info = work / f"{name}.info.json"  # what a piece wrote before it was cut
+    row.update(json.loads(info.read_text()) if info.exists() else {})
+    if proc.returncode == -signal.SIGKILL:
+        return {**row, "status": "timeout", "error": f"ended by the time guard after {limit:.0f} s"}
+    lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()] or ["?"]
+    return {**row, "status": "failed", "error": lines[-1][:400]}
 
 
-def table(rows: list[dict]) -> str:
-    lines = ["| piece | status | s | what |", "|---|---|---|---|"]
-    lines += [f"| {r['piece']} | {r['status']} | {r['seconds']:.1f} | {r.get('detail', '')} |" for r in rows]
-    return "\n".join(lines)
+def throughput_rows(work: Path) -> list[dict]:
+    """The cells the throughput piece wrote; a cell started but never finished was cut by the time guard."""
+    path = work / "throughput.rows.jsonl"
+    rows: dict[tuple, dict] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        r = json.loads(line)
+        rows[(r["n_rollouts"], r["engine"])] = r
+    for r in rows.values():
+        if r["status"] == "started":
+            r.update(status="cut", reason="still running when the time guard ended the piece")
+    return sorted(rows.values(), key=lambda r: (r["n_rollouts"], ENGINES.index(r["engine"])))
+
+
+def versions() -> dict:
+    import brorl
+
+    out = {"python": sys.version.split()[0], "brorl": brorl.__version__}  # brorl: the source tree (src/)
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def summary_md(report: dict) -> str:
+    from brorl.training.throughput import ratios
+
+    v, tp, tr = report["versions"], report["pieces"]["throughput"], report["pieces"]["train"]
+    dev = tp.get("device") or tr.get("device") or {}
+    lines = [f"**GPU check** ({report['mode']}, {report['date']}, {report['seconds']:.0f} s): "
+             f"{dev.get('gpu', 'CPU')}, torch {v['torch']} (CUDA {dev.get('cuda')}), transformers "
+             f"{v['transformers']}, trl {v['trl']}, accelerate {v['accelerate']}, python {v['python']}.", "",
+             f"Throughput: {tp.get('model', '?')}, {tp.get('dtype', '?')}, {report['new_tokens']} new tokens per "
+             f"sample (no end token), {report['prompt_len']}-token prompts, {report['total']} samples per cell "
+             f"(piece {tp['status']}).", "",
+             "| N | prompts | engine | samples/s | tokens/s | s | peak GPU MB | over weights MB | status |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in report["throughput"]:
+        if r["status"] == "ok":
+            mb = ("-", "-") if r["peak_mb"] is None else (f"{r['peak_mb']:,.0f}", f"{r['peak_over_weights_mb']:,.0f}")
+            lines.append(f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | {r['samples_per_s']:,.1f} | "
+                         f"{r['tokens_per_s']:,.0f} | {r['seconds']:.1f} | {mb[0]} | {mb[1]} | ok |")
+        else:
+            lines.append(f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | | | | | | {r['status']}: "
+                         f"{r.get('reason', '')} |")
+    rat = ratios([r for r in report["throughput"] if r["status"] == "ok"])
+    lines += ["", "Samples/s at the largest N over the smallest measured: "
+              + (", ".join(f"{e} {x:.2f}x" for e, x in rat.items()) or "-")
+              + " (BroRL Table 2, vLLM on 64 H100s: 1.98x).", ""]
+    if tr["status"] == "ok":
+        st = tr["steps"]
+        lines.append(f"RL steps: {len(st)} BroRLTrainer steps, N={tr['n_rollouts']} x {tr['prompts_per_step']} "
+                     f"prompts, engine {tr['engine']}, bf16 {tr['bf16']}, model on {tr['model_device']} "
+                     f"({tr['param_dtype']}); generated samples " + ", ".join(str(x["generated_samples"]) for x in st)
+                     + ", generation rounds " + ", ".join(str(x["generation_rounds"]) for x in st)
+                     + ", dynamic-sampling pass rate " + ", ".join(f"{x['dynamic_sampling_pass_rate']:.2f}" for x in st)
+                     + (f"; peak GPU memory {tr['cuda_peak_mb']:,.0f} MB" if tr["cuda_peak_mb"] else "")
+                     + f"; {tr['seconds']:.0f} s with the toy model's training.")
+    else:
+        lines.append(f"RL steps: {tr['status']}: {tr.get('error', '')}")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", help="a local HF checkpoint folder")
-    p.add_argument("--hub", help="REPO[@REVISION] fetched through brorl.fetch (needs the hub, or --source)")
-    p.add_argument("--source", help="a local stand-in folder of the hub for --hub (brorl.fetch layout)")
-    p.add_argument("--cpu", action="store_true", help="CPU engines and a tiny model trained here")
+    p.add_argument("--cpu", action="store_true", help="tiny sizes on the CPU, no time limits (the test suite)")
+    p.add_argument("--out", default=os.environ.get("OUT"), help="results folder (default: $OUT, else under --work)")
     p.add_argument("--work", default=None, help="working folder (default: a new one under /tmp)")
-    p.add_argument("--out", default=None, help="write the rows as JSON here")
-    p.add_argument("--n", type=int, default=None, help="rollouts per prompt in the training piece (GPU 16, CPU 8)")
-    p.add_argument("--ns", type=int, nargs=2, default=None, help="the two N of the throughput piece (16 64)")
-    p.add_argument("--max-tokens", type=int, default=None, help="completion tokens (GPU 512, CPU 8)")
+    p.add_argument("--budget", type=float, default=None, help="seconds for the whole check (GPU 450; 0: none)")
+    p.add_argument("--total", type=int, default=None, help="samples per throughput cell (>= 512; default 512)")
+    p.add_argument("--new-tokens", type=int, default=None, help="new tokens per sample (GPU 1024, CPU 8)")
     p.add_argument("--piece", choices=PIECES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    work = Path(args.work) if args.work else Path(__import__("tempfile").mkdtemp(prefix="brorl-gpu-check-"))
+    work = Path(args.work or tempfile.mkdtemp(prefix="brorl-gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     if args.piece:  # child process
         opts = json.loads((work / f"{args.piece}.in.json").read_text())
         out = RUNNERS[args.piece](work, opts)
         (work / f"{args.piece}.out.json").write_text(json.dumps(out, default=str))
         return 0
-    opts = {"model": args.model, "hub": args.hub, "source": args.source, "cpu": args.cpu,
-            "n": args.n or (8 if args.cpu else 16), "ns": args.ns or [16, 64],
-            "max_tokens": args.max_tokens or (8 if args.cpu else 512), "state": {}}
-    limits = {"model": 300, "data": 120, "train": 240, "eval": 180, "throughput": 180}
-    rows, t0 = [], time.perf_counter()
+
+    t_start, mode = time.time(), "cpu" if args.cpu else "gpu"
+    opts = {**PROFILES[mode], "cpu": args.cpu}
+    for key in ("budget", "total", "new_tokens"):
+        if getattr(args, key) is not None:
+            opts[key] = getattr(args, key)
+    if opts["total"] < max(NS) or opts["total"] % max(NS):
+        p.error(f"--total {opts['total']}: must be a multiple of the largest N, {max(NS)} (equal samples per cell)")
+    out = Path(args.out) if args.out else work / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    deadline = t_start + opts["budget"] if opts["budget"] else None
+    (work / "throughput.rows.jsonl").unlink(missing_ok=True)
+    pieces = {}
     for name in PIECES:
-        row = run_piece(name, work, opts, limits[name])
-        rows.append(row)
-        print(f"[gpu_check] {name}: {row['status']} ({row['seconds']:.1f} s) {row.get('detail', '')}", flush=True)
-        if name in ("model", "data"):
-            if row["status"] != "ok":
-                break
-            opts["state"][name] = row[name]
-    print(f"\n{'CPU' if args.cpu else 'GPU'} check, {time.perf_counter() - t0:.0f} s in all (work folder {work}):\n")
-    print(table(rows))
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1, default=str) + "\n")
-    return 0 if all(r["status"] == "ok" for r in rows) and len(rows) == len(PIECES) else 1
+        left = None if deadline is None else deadline - time.time()
+        limit = None if left is None else (min(left, TRAIN_LIMIT_S) if name == "train" else left)
+        pieces[name] = (run_piece(name, work, {**opts, "deadline": deadline}, limit) if limit is None or limit > 0
+                        else {"piece": name, "seconds": 0.0, "status": "skipped", "error": "time guard: no time left"})
+        row = pieces[name]
+        print(f"[gpu_check] {name}: {row['status']} ({row['seconds']:.1f} s) {row.get('error', '')}", flush=True)
+    report = {"mode": mode, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start)),
+              "seconds": time.time() - t_start, "versions": versions(), "pieces": pieces,
+              "throughput": throughput_rows(work), **{k: opts[k] for k in ("total", "new_tokens", "prompt_len",
+                                                                          "budget")}}
+    with open(out / "gpu_check.log", "w") as f:
+        for name in PIECES:
+            f.write(f"===== {name}\n" + (work / f"{name}.log").read_text(errors="replace"))
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    ok_rows = [r for r in report["throughput"] if r["status"] == "ok"]
+    if ok_rows:
+        from brorl.training.throughput import COLUMNS, write_outputs
+
+        write_outputs([{k: r[k] for k in COLUMNS} for r in ok_rows], out / "throughput.csv", out / "throughput.png",
+                      title=f", random Qwen2, {report['new_tokens']} new tokens")
+    text = summary_md(report)
+    (out / "summary.md").write_text(text)
+    print("\n" + text + f"\nresults in {out}")
+    # every piece wrote its numbers (a throughput piece ended by the time guard keeps the cells it measured)
+    ran = pieces["train"]["status"] == "ok" and pieces["throughput"]["status"] in ("ok", "timeout")
+    return 0 if ran and ok_rows else 1
 
 
 if __name__ == "__main__":

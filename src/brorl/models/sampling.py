@@ -22,19 +22,25 @@ from collections import defaultdict
 import torch
 
 
+def model_device(model) -> torch.device:
+    """The device of the model's parameters: prompts, outputs and the seeded generator live there (a CUDA
+    generator for a model on the GPU, so seeded draws never cross devices)."""
+    return next(model.parameters()).device
+
+
 @torch.no_grad()
 def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: int, eos_id: int, pad_id: int,
                   temperature: float, generator: torch.Generator | None) -> torch.Tensor:
     """[P, L] prompt ids -> [P * repeats, max_new_tokens] sampled ids (pad after the end token)."""
     n_rows = prompts.shape[0] * repeats
-    out = torch.full((n_rows, max_new_tokens), pad_id, dtype=torch.long)
+    out = torch.full((n_rows, max_new_tokens), pad_id, dtype=torch.long, device=prompts.device)
     res = model(input_ids=prompts, use_cache=True)
     cache = res.past_key_values
     logits = res.logits[:, -1, :].float()
     if repeats > 1:
         cache.batch_repeat_interleave(repeats)
         logits = logits.repeat_interleave(repeats, dim=0)
-    active = torch.arange(n_rows)
+    active = torch.arange(n_rows, device=prompts.device)
     for t in range(max_new_tokens):
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
@@ -64,9 +70,10 @@ def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None
     prompt's n rows in a random order from the seeded generator."""
     was_training = model.training
     model.eval()
+    device = model_device(model)
     generator = None
     if seed is not None:
-        generator = torch.Generator().manual_seed(int(seed))
+        generator = torch.Generator(device=device).manual_seed(int(seed))
     results: list[torch.Tensor | None] = [None] * len(prompt_ids)
     by_len = defaultdict(list)
     for i, p in enumerate(prompt_ids):
@@ -74,7 +81,7 @@ def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None
     done = 0
 
     def finish(i: int, ids: torch.Tensor) -> None:
-        results[i] = ids[torch.randperm(ids.shape[0], generator=generator)] if shuffle else ids
+        results[i] = ids[torch.randperm(ids.shape[0], generator=generator, device=device)] if shuffle else ids
 
     try:
         for length in sorted(by_len):
@@ -85,7 +92,7 @@ def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None
             else:
                 blocks = [[i] for i in idx]
             for block in blocks:
-                prompts = torch.tensor([prompt_ids[i] for i in block], dtype=torch.long)
+                prompts = torch.tensor([prompt_ids[i] for i in block], dtype=torch.long, device=device)
                 if len(block) > 1 or n <= chunk_samples:
                     parts = [sample_block(prompts, n, generator)]
                 else:
@@ -139,14 +146,15 @@ def hf_generate_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_to
         per_call = max(1, chunk_samples // n)
         for s in range(0, len(idx), per_call):
             block = idx[s: s + per_call]
-            prompts = torch.tensor([prompt_ids[i] for i in block], dtype=torch.long)
+            prompts = torch.tensor([prompt_ids[i] for i in block], dtype=torch.long, device=model_device(model))
             gen = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts),
                                  do_sample=temperature > 0, temperature=temperature if temperature > 0 else None,
                                  top_k=0, top_p=1.0, num_return_sequences=n, max_new_tokens=max_new_tokens,
                                  eos_token_id=eos_id, pad_token_id=pad_id)
             new = gen[:, length:]
             if new.shape[1] < max_new_tokens:
-                fill = torch.full((new.shape[0], max_new_tokens - new.shape[1]), pad_id, dtype=torch.long)
+                fill = torch.full((new.shape[0], max_new_tokens - new.shape[1]), pad_id, dtype=torch.long,
+                                  device=new.device)
                 new = torch.cat([new, fill], dim=1)
             for j, i in enumerate(block):
                 results[i] = new[j * n:(j + 1) * n]
@@ -161,7 +169,7 @@ def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Ge
     Each of the ``counts[r]`` samples at node r draws its next token independently from ``probs[r]``
     (exactly what i.i.d. sampling does); the draws are then tallied per (node, token)."""
     n_rows, vocab = probs.shape
-    owner = torch.repeat_interleave(torch.arange(n_rows), counts)
+    owner = torch.repeat_interleave(torch.arange(n_rows, device=probs.device), counts)
     tok = torch.multinomial(probs[owner], 1, replacement=True, generator=generator).squeeze(1)
     return torch.bincount(owner * vocab + tok, minlength=n_rows * vocab).view(n_rows, vocab)
 
@@ -173,15 +181,15 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
 
     The live set is the distinct partial completions (one KV-cache row each) with their sample counts;
     every decode step splits each count over the next tokens and keeps one child per token drawn."""
-    n_prompts = prompts.shape[0]
+    n_prompts, device = prompts.shape[0], prompts.device
     if max_new_tokens <= 0:
-        return [torch.full((repeats, 0), pad_id, dtype=torch.long) for _ in range(n_prompts)]
+        return [torch.full((repeats, 0), pad_id, dtype=torch.long, device=device) for _ in range(n_prompts)]
     res = model(input_ids=prompts, use_cache=True)
     cache = res.past_key_values
     logits = res.logits[:, -1, :].float()
-    owner = torch.arange(n_prompts)                      # prompt of each live node
-    counts = torch.full((n_prompts,), repeats, dtype=torch.long)
-    hist = torch.empty((n_prompts, 0), dtype=torch.long)  # tokens of each live node so far
+    owner = torch.arange(n_prompts, device=device)       # prompt of each live node
+    counts = torch.full((n_prompts,), repeats, dtype=torch.long, device=device)
+    hist = torch.empty((n_prompts, 0), dtype=torch.long, device=device)  # tokens of each live node so far
     leaves: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (owner, count, padded ids)
     for t in range(max_new_tokens):
         if temperature > 0:
@@ -197,7 +205,7 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
         if t == max_new_tokens - 1:
             done = torch.ones_like(done)
         if bool(done.any()):
-            ids = torch.full((int(done.sum()), max_new_tokens), pad_id, dtype=torch.long)
+            ids = torch.full((int(done.sum()), max_new_tokens), pad_id, dtype=torch.long, device=device)
             ids[:, : t + 1] = hist[done]
             leaves.append((owner[done], child_counts[done], ids))
         alive = ~done
