@@ -16,6 +16,7 @@ from brorl.fetch import (
     FetchError,
     HfHubClient,
     OfflineError,
+    PinError,
     VerificationError,
     fetch_blend_entry,
     fetch_dataset,
@@ -264,15 +265,118 @@ def test_bad_stand_in_layout(tmp_path: Path, dest: Path) -> None:
         fetch_model(REPO, "main", dest, source=tmp_path / "nowhere")
 
 
-def test_paper_models(hub: Path, tmp_path: Path) -> None:
-    assert fetch.PAPER_MODELS["prorl"]["revision"] == "main"
-    assert fetch.PAPER_MODELS["brorl-released"]["revision"] == "brorl"
+def test_paper_models(tmp_path: Path) -> None:
+    """The paper's checkpoints are pinned: the stand-in must hold the pinned commits; a moved branch is refused
+    naming both commits; v1 (only a prefix of its commit is known) is refused unless unpinned fetches are allowed."""
+    models = fetch.PAPER_MODELS
+    assert (models["prorl"]["revision"], models["prorl"]["commit"]) == ("main", "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0")
+    assert (models["brorl-released"]["revision"], models["brorl-released"]["commit"]) == (
+        "brorl", "3441fcdf8c6e81a2959e6352ff50122e3c677d72")
+    hub = tmp_path / "hub"
+    write_local_snapshot(hub, REPO, "main", models["prorl"]["commit"], model_files(0))
+    write_local_snapshot(hub, REPO, "brorl", models["brorl-released"]["commit"], model_files(1))
+    write_local_snapshot(hub, REPO, "v1", "b8904889" + "0" * 32, model_files(2))
     root = tmp_path / "project"
     a = fetch_paper_model("prorl", root=root, source=hub)
     b = fetch_paper_model("brorl-released", root=root, source=hub)
-    assert (a["commit"], b["commit"]) == (COMMIT_MAIN, COMMIT_BRORL)
-    models = root / "resources" / "models"
-    assert_no_leftovers(models, "prorl", "prorl.manifest.json", "brorl-released", "brorl-released.manifest.json")
+    assert (a["commit"], b["commit"]) == (models["prorl"]["commit"], models["brorl-released"]["commit"])
+    with pytest.raises(PinError, match="not pinned to a commit: prorl-v1 \\(v1\\)"):
+        fetch_paper_model("prorl-v1", root=root, source=hub)
+    assert fetch_paper_model("prorl-v1", root=root, source=hub, allow_unpinned=True)["commit"].startswith("b8904889")
+    folder = root / "resources" / "models"
+    assert_no_leftovers(folder, "prorl", "prorl.manifest.json", "brorl-released", "brorl-released.manifest.json",
+                        "prorl-v1", "prorl-v1.manifest.json")
+    # main moves (v2 -> v3): the pinned fetch is refused before any download, naming both commits
+    write_local_snapshot(hub, REPO, "main", COMMIT_NEW, model_files(3))
+    shutil.rmtree(folder / "prorl")
+    (folder / "prorl.manifest.json").unlink()
+    with pytest.raises(PinError) as err:
+        fetch_paper_model("prorl", root=root, source=hub)
+    assert models["prorl"]["commit"] in str(err.value) and COMMIT_NEW in str(err.value)
+    assert not (folder / "prorl").exists()
+
+
+def test_pinned_commit_rules(hub: Path, dest: Path) -> None:
+    assert fetch.pinned_commit("main") is None and fetch.pinned_commit(COMMIT_MAIN) == COMMIT_MAIN
+    assert fetch.pinned_commit("main", COMMIT_MAIN) == COMMIT_MAIN
+    with pytest.raises(PinError, match="not a full 40-hex"):
+        fetch.pinned_commit("v1", "b8904889")
+    with pytest.raises(PinError, match="disagree"):
+        fetch.pinned_commit(COMMIT_MAIN, COMMIT_BRORL)
+    sources = {"aime24": ("main", None), "aime25": (COMMIT_MAIN, None), "prorl": ("main", COMMIT_MAIN)}
+    with pytest.raises(PinError, match=r"not pinned to a commit: aime24 \(main\)\. Set it"):
+        fetch.unpinned(sources, allow=False, how="Set it")
+    assert fetch.unpinned(sources, allow=True, how="") == ["aime24"]
+    # a manifest of another commit is not accepted for a pinned request: the pin is checked against the source
+    fetch_model(REPO, "main", dest, source=hub)
+    with pytest.raises(PinError, match=f"resolves to commit {COMMIT_MAIN}.*pinned commit is {COMMIT_BRORL}"):
+        fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_BRORL)
+    assert fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_MAIN)["status"] == "verified"
+
+
+# ------------------------------------------------------------------ leftovers and strict verification --
+
+
+def test_rerun_after_a_killed_fetch_removes_its_leftovers(hub: Path, dest: Path) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    parent = dest.parent
+    # what a SIGKILL leaves: a full download, the previous copy set aside, a half-written manifest
+    (parent / ".prorl.tmp-k1ll3d").mkdir()
+    (parent / ".prorl.tmp-k1ll3d" / "model.safetensors").write_bytes(b"x" * 1000)
+    (parent / ".prorl.old-0ld0ld" / "prorl").mkdir(parents=True)
+    (parent / ".prorl.old-0ld0ld" / "prorl" / "config.json").write_text("{}")
+    (parent / ".prorl.manifest.json.tmp-half").write_text('{"format"')
+    (parent / ".other.tmp-keep").mkdir()  # another folder's: not ours to remove
+    assert fetch_model(REPO, "main", dest, source=hub)["status"] == "verified"
+    assert_no_leftovers(parent, "prorl", "prorl.manifest.json", ".other.tmp-keep")
+    # also before a download (the folder itself was lost with the kill)
+    shutil.rmtree(dest)
+    (parent / ".prorl.tmp-again").mkdir()
+    assert fetch_model(REPO, "main", dest, source=hub)["status"] == "restored"
+    assert_no_leftovers(parent, "prorl", "prorl.manifest.json", ".other.tmp-keep")
+
+
+@pytest.mark.parametrize("damage", ["empty_dir", "symlink_to_identical_copy", "symlinked_dir"])
+def test_verification_refuses_links_and_unexpected_entries(hub: Path, dest: Path, tmp_path: Path,
+                                                           damage: str) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    if damage == "empty_dir":
+        (dest / "subdir" / "empty").mkdir()
+        shown, kind = dest / "subdir" / "empty", "unexpected"
+    elif damage == "symlink_to_identical_copy":
+        copy = tmp_path / "elsewhere" / "model.safetensors"
+        copy.parent.mkdir()
+        shutil.copyfile(dest / "model.safetensors", copy)  # same bytes, same sha256
+        (dest / "model.safetensors").unlink()
+        (dest / "model.safetensors").symlink_to(copy)
+        shown, kind = dest / "model.safetensors", "symlink"
+    else:
+        outside = tmp_path / "outside"
+        shutil.copytree(dest / "subdir", outside)
+        shutil.rmtree(dest / "subdir")
+        (dest / "subdir").symlink_to(outside, target_is_directory=True)
+        shown, kind = dest / "subdir", "symlink"
+    for check in (lambda: fetch_model(REPO, "main", dest, source=hub), lambda: fetch.verify(dest)):
+        with pytest.raises(VerificationError) as err:
+            check()
+        assert [(p.path, p.kind) for p in err.value.problems] == [(str(shown), kind)], err.value
+    assert str(shown) in str(err.value) and ("symbolic link" in str(err.value)) == (kind == "symlink")
+
+
+def test_a_download_with_a_link_or_an_extra_directory_is_discarded(hub: Path, dest: Path) -> None:
+    class LinkingClient(fetch.LocalFolderClient):
+        def download(self, snapshot, local_dir, **kwargs):
+            super().download(snapshot, local_dir, **kwargs)
+            (Path(local_dir) / "tokenizer.json").unlink()
+            (Path(local_dir) / "tokenizer.json").symlink_to(self.revision_dir(REPO, "main", "model") / "tokenizer.json")
+            (Path(local_dir) / "stray").mkdir()
+
+    with pytest.raises(VerificationError) as err:
+        fetch_model(REPO, "main", dest, source=LinkingClient(hub))
+    assert {(p.path.split(":")[-1], p.kind) for p in err.value.problems} == {("stray", "unexpected"),
+                                                                             ("tokenizer.json", "symlink")}
+    assert not dest.exists()
+    assert_no_leftovers(dest.parent)
 
 
 # -------------------------------------------------------------- the real-hub client, faked offline --

@@ -3,6 +3,9 @@
 import re
 
 FETCH = config["checkpoints"]["fetch"]
+# Paper profile: sources not pinned to a commit are refused by their job unless this switch allows them (the
+# run is then tagged unpinned_sources); it joins a job's config only when set, so other runs' params stay as they were.
+ALLOW_UNPINNED = {"allow_unpinned": True} if config["checkpoints"].get("allow_unpinned") else {}
 FETCHED = [f"resources/models/{name}" for name in FETCH]
 FETCH_MANIFESTS = [f"resources/models/{name}.manifest.json" for name in FETCH]
 DATA_OUTPUTS = ["results/data/paper_data_blend.csv", "results/data/paper_data_blend.md"]
@@ -18,7 +21,7 @@ if FETCH:
             name="|".join(re.escape(name) for name in FETCH),
         params:
             rule_name="fetch_checkpoint",
-            cfg=lambda wc: as_json({**FETCH[wc.name], "source": config["checkpoints"]["source"]}),
+            cfg=lambda wc: as_json({**FETCH[wc.name], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
             tracking=TRACKING,
             profile=PROFILE,
         log:

@@ -56,7 +56,7 @@ if PAPER_TRAIN_DATA:
             PAPER_TRAIN_DATA,
         params:
             rule_name="train_data",
-            cfg=as_json({"data": config["rl"]["data"], "source": config["checkpoints"]["source"]}),
+            cfg=as_json({"data": config["rl"]["data"], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
             tracking=TRACKING,
             profile=PROFILE,
         log:
