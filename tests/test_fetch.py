@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -511,3 +512,159 @@ def test_blend_manifest_loads_with_required_fields(tmp_path: Path) -> None:
     broken.write_text("format: brorl.data_blend/1\nentries:\n  - name: x\n    role: train\n")
     with pytest.raises(ValueError, match="missing"):
         load_data_blend(broken)
+
+
+# ------------------------------------------------------------------- pins and gated data in the pipeline --
+
+
+def _brorl(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_paper_profile_refuses_unpinned_sources_unless_allowed_and_says_so_in_mlflow(hub: Path, tmp_path: Path):
+    import mlflow
+
+    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "pins", "artifact_root": str(tmp_path / "art")}
+
+    def fetch_cli(cfg: dict, profile: str = "paper"):
+        return _brorl(["brorl", "fetch-model", "--rule", "fetch_checkpoint", "--profile", profile,
+                       "--config", json.dumps({"repo_id": REPO, "source": str(hub), **cfg}),
+                       "--tracking", json.dumps(tracking), "--wildcard", "name=prorl",
+                       "--dest", str(tmp_path / "models/prorl"),
+                       "--manifest", str(tmp_path / "models/prorl.manifest.json")], tmp_path)
+
+    refused = fetch_cli({"revision": "main"})
+    assert refused.returncode != 0 and not (tmp_path / "models/prorl").exists()
+    assert "not pinned to a commit: prorl (main)" in refused.stderr
+    assert "checkpoints.fetch.prorl.commit" in refused.stderr and "checkpoints.allow_unpinned" in refused.stderr
+    moved = fetch_cli({"revision": "main", "commit": COMMIT_BRORL})
+    assert moved.returncode != 0 and COMMIT_MAIN in moved.stderr and COMMIT_BRORL in moved.stderr
+    assert fetch_cli({"revision": "main"}, profile="ci").returncode == 0  # only the paper profile insists
+    (tmp_path / "models/prorl.manifest.json").unlink()
+    shutil.rmtree(tmp_path / "models/prorl")
+    pinned = fetch_cli({"revision": "main", "commit": COMMIT_MAIN})
+    assert pinned.returncode == 0, pinned.stderr[-2000:]
+    allowed = fetch_cli({"revision": "main", "allow_unpinned": True})
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    runs = mlflow.MlflowClient(tracking["uri"]).search_runs(
+        [mlflow.MlflowClient(tracking["uri"]).get_experiment_by_name("pins").experiment_id],
+        order_by=["attributes.start_time ASC"])
+    assert [r.data.tags.get("unpinned_sources") for r in runs if r.info.status == "FINISHED"] == [
+        "prorl", None, "prorl"]  # the ci run, the pinned one, the allowed one (its param says allow_unpinned too)
+    assert runs[-1].data.params["allow_unpinned"] == "True"
+
+
+class GatedHub:
+    """Answers like the hub does for a gated repository without an accepted request: GatedRepoError."""
+
+    def __init__(self):
+        self.downloads = 0
+
+    def repo_info(self, repo_id, *, revision, repo_type, files_metadata):
+        import httpx
+        from huggingface_hub.errors import GatedRepoError
+
+        url = f"https://huggingface.co/api/{repo_type}s/{repo_id}/revision/{revision}"
+        raise GatedRepoError(f"403 Client Error. Cannot access gated repo for url {url}.",
+                             response=httpx.Response(403, request=httpx.Request("GET", url)))
+
+    def snapshot_download(self, **kwargs):
+        self.downloads += 1
+
+
+def _no_token(monkeypatch, tmp_path: Path) -> None:
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    assert fetch.hf_token() is None
+
+
+def test_gpqa_without_a_token_stops_naming_hf_token_and_the_terms(tmp_path: Path, monkeypatch) -> None:
+    from brorl.evaluation import paper_data
+
+    _no_token(monkeypatch, tmp_path)
+    dest = tmp_path / "resources/gated/benchmarks/gpqa_diamond/test.jsonl"
+    # the hub refuses (a client built on a stand-in that answers like a gated repository)
+    gated = GatedHub()
+    client = HfHubClient(api=gated, snapshot_download=gated.snapshot_download)
+    with pytest.raises(fetch.GatedRepoAccessError) as err:
+        paper_data.prepare_benchmark("gpqa_diamond", client, dest)
+    assert "HF_TOKEN" in str(err.value) and "https://huggingface.co/datasets/Idavidrein/gpqa" in str(err.value)
+    assert "Cannot access gated repo" in str(err.value) and gated.downloads == 0
+    # the real hub without a token: refused before any client exists (no network, no download)
+    monkeypatch.setattr(fetch, "HfHubClient", lambda *a, **k: pytest.fail("the hub was contacted"))
+    with pytest.raises(fetch.GatedRepoAccessError, match="HF_TOKEN") as err:
+        paper_data.prepare_benchmark("gpqa_diamond", None, dest)
+    assert "do not reveal examples from the dataset in plain text" in str(err.value)
+    assert not dest.parent.exists()
+    # an ungated benchmark is not held up by the token check
+    paper_data.check_gated_access(paper_data.benchmark_spec("aime24"), None)
+
+
+def _snakemake(args: list[str], workdir: Path, env: dict) -> subprocess.CompletedProcess:
+    from brorl.config import PROJECT_ROOT
+
+    return _brorl(["snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile"), "--directory", str(workdir), *args],
+                  PROJECT_ROOT, env)
+
+
+def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_path: Path, monkeypatch) -> None:
+    """`snakemake` on the paper profile without HF_TOKEN: GPQA is refused while the DAG is built (nothing runs);
+    a dry run says so. GPQA's data lies outside every DVC-tracked folder unless evaluation.share_gated."""
+    import yaml
+
+    from brorl.config import PROJECT_ROOT
+
+    _no_token(monkeypatch, tmp_path)
+    env = {"HF_TOKEN_PATH": str(tmp_path / "no-token")}
+    paper = str(PROJECT_ROOT / "config/paper.yaml")
+    work = tmp_path / "work"
+    target = "resources/gated/benchmarks/gpqa_diamond/test.jsonl"
+    run = _snakemake(["--cores", "1", "--configfile", paper, "--", target], work, env)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "HF_TOKEN" in out and "do not reveal examples" in out
+    assert "Finished job" not in out and not (work / "logs").exists() and not (work / "resources").exists()
+
+    plan = _snakemake(["-n", "--configfile", paper], work, env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "WARNING (a real run stops here)" in plan.stderr and "HF_TOKEN" in plan.stderr
+    dvc = next(line for line in plan.stdout.splitlines() if "brorl dvc-track" in line)
+    tracked = dvc.split("brorl dvc-track ")[1].split(" --push")[0].split()
+    assert "results/data" in tracked and "results/eval" in tracked
+    assert f"output: {target}" in plan.stdout and "results/data/benchmarks/gpqa_diamond" not in plan.stdout
+    assert not any(target.startswith(folder + "/") for folder in tracked)
+    assert f"--data resources/gated/benchmarks" in plan.stdout  # the evaluate job reads it from there
+
+    shared = yaml.safe_load(Path(paper).read_text())
+    shared["evaluation"]["share_gated"] = True
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
+    plan = _snakemake(["-n", "--configfile", str(tmp_path / "shared.yaml")], work, env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "output: results/data/benchmarks/gpqa_diamond/test.jsonl" in plan.stdout and "resources/gated" not in plan.stdout
+
+
+def test_gated_evaluation_keeps_completions_local_and_shares_scores_and_hashes(tmp_path: Path) -> None:
+    from brorl.evaluation.paper_data import keep_gated_local
+
+    secret = "A question from the GPQA set, never to be posted"
+    result = {"benchmark": "gpqa_diamond", "metrics": {"mean_at_k": 0.5}, "samples": [
+        {"doc_id": 0, "id": "recA", "category": "Physics", "correct": [1, 0], "completions": [secret, "\\boxed{B}"]}]}
+    out = tmp_path / "results/eval/prorl/gpqa_diamond.json"
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps(result))
+    local = keep_gated_local("gpqa_diamond", out, local_root=tmp_path / "resources/gated")
+    assert local == tmp_path / "resources/gated/eval/prorl/gpqa_diamond.json"
+    assert json.loads(local.read_text()) == result  # the full records stay here, outside results/
+    shared = json.loads(out.read_text())
+    assert secret not in out.read_text() and "completions" not in shared["samples"][0]
+    assert shared["samples"][0]["correct"] == [1, 0] and shared["metrics"] == result["metrics"]
+    assert shared["samples"][0]["completions_sha256"][0] == hashlib.sha256(secret.encode()).hexdigest()
+    assert shared["completions_local"]["path"] == str(local)
+    # not gated, or shared on purpose: left as it is
+    other = tmp_path / "results/eval/prorl/aime24.json"
+    other.write_text(json.dumps(result))
+    assert keep_gated_local("aime24", other) is None and json.loads(other.read_text()) == result
+    out.write_text(json.dumps(result))
+    assert keep_gated_local("gpqa_diamond", out, share_gated=True) is None and secret in out.read_text()
