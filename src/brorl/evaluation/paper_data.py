@@ -424,7 +424,8 @@ def select_rows(spec: BenchmarkSpec, path: str | os.PathLike[str],
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path, buffer_size=1 << 20)  # stream column chunks instead of reading each one whole
+    # pre_buffer=False: the default pre-buffers every row group's column chunks, i.e. reads the whole file into memory
+    pf = pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
     wanted = {c for cands in spec.fields.values() for c in cands} | set(spec.where)
     columns = [c for c in pf.schema_arrow.names if c in wanted]
     allowed = {col: pa.array(sorted({_norm_key(v) for v in values})) for col, values in spec.where.items()}
