@@ -2,9 +2,14 @@
 
 BroRL continues RL from the public ProRLv2 checkpoint ``nvidia/Nemotron-Research-Reasoning-Qwen-1.5B``
 at revision ``main`` and releases its own model on revision ``brorl`` of the same repository
-(paper.md §3.1, §6). :data:`PAPER_MODELS` names both; :func:`fetch_model` / :func:`fetch_dataset`
-put a snapshot into a plain folder (a clean Hugging Face folder that ``from_pretrained`` loads) and
-record what was fetched in a JSON manifest *next to* that folder.
+(paper.md §3.1, §6). :data:`PAPER_MODELS` names both, with the commits they are pinned to;
+:func:`fetch_model` / :func:`fetch_dataset` put a snapshot into a plain folder (a clean Hugging Face folder
+that ``from_pretrained`` loads) and record what was fetched in a JSON manifest *next to* that folder.
+
+Pins: ``commit=`` (or a 40-hex ``revision``) is the commit the revision must resolve to; another one is refused
+with :class:`PinError` naming both. :func:`unpinned` lists (and, unless allowed, refuses) sources that are not
+pinned; the paper profile's jobs call it (``checkpoints.allow_unpinned``). A gated repository without a token
+or accepted terms raises :class:`GatedRepoAccessError` naming ``HF_TOKEN`` and the dataset page.
 
 One code path, two "hub clients"
 --------------------------------
@@ -63,7 +68,9 @@ The manifest is also a lock file. While it exists (for the same repo, revision a
 
 * dest present -> every file is hashed and compared with it; status ``"verified"``, nothing copied.
   A changed, truncated, missing or extra file raises :class:`ChecksumError` / :class:`VerificationError`
-  naming the file. The folder is never repaired silently: delete it and re-run.
+  naming the file, and so does anything that is not a regular file: a symbolic link (even to an identical
+  copy), a directory no manifest file lies in, a fifo. The folder is never repaired silently: delete it and
+  re-run.
 * dest missing -> the *recorded* commit is downloaded again (not whatever ``main`` points to now)
   and must reproduce the recorded hashes; status ``"restored"``.
 * ``refresh=True`` re-resolves the revision; a new commit replaces the folder (``"replaced"``).
@@ -71,7 +78,8 @@ The manifest is also a lock file. While it exists (for the same repo, revision a
 A request for another revision or other patterns replaces folder and manifest (``"replaced"``).
 Downloads go to a temporary folder next to dest, are checked, and only then replace dest with two
 renames on the same file system; the previous copy is kept until the new one is in place, and no
-temporary folder survives an error.
+temporary folder survives an error. A killed fetch cannot clean up: the next fetch of the same folder first
+removes ``.<name>.tmp-*`` / ``.<name>.old-*`` beside it (:func:`remove_leftovers`).
 """
 
 from __future__ import annotations

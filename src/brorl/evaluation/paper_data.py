@@ -26,9 +26,17 @@ the snapshot hold them and which columns are the problem text, the gold answer a
   problems), ``data_source`` and an empty ``answer``.
 
 Revisions: every ``revision`` below is the placeholder ``"main"`` (``revision_pinned=False``): the papers name
-no commits. The first :func:`prepare_benchmark` resolves it and the fetch manifest (and the JSONL's meta file)
-records the commit; later runs verify that commit's files and never re-resolve ``main`` unless asked
-(``refresh=True``). Put a 40-hex commit in the table (or pass ``revision=``) to pin one.
+no commits. ``config/paper.yaml`` pins the ones seen in public references (``evaluation.revisions``, passed as
+``revision=``); the paper profile refuses the others unless ``checkpoints.allow_unpinned`` (``brorl.cli``). The
+first :func:`prepare_benchmark` resolves the revision and the fetch manifest (and the JSONL's meta file) records
+the commit; later runs verify that commit's files and never re-resolve ``main`` unless asked (``refresh=True``).
+
+Gated data: GPQA (``gated``: its terms) needs ``HF_TOKEN`` (:func:`check_gated_access`, before any download) and
+stays local by default: :func:`benchmark_data_root` puts its JSONL under ``resources/gated/`` and
+:func:`keep_gated_local` keeps its completions there, sharing scores and hashes only.
+
+Unusable rows: a code row without usable test cases is dropped and counted; a maths row without a gold answer
+stops a benchmark but is skipped and counted in a training source (``skip_unusable_gold``).
 
 Prompts (the user message; the chat template is applied by lm-eval, ``--apply_chat_template``):
 
