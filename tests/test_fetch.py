@@ -668,3 +668,44 @@ def test_gated_evaluation_keeps_completions_local_and_shares_scores_and_hashes(t
     assert keep_gated_local("aime24", other) is None and json.loads(other.read_text()) == result
     out.write_text(json.dumps(result))
     assert keep_gated_local("gpqa_diamond", out, share_gated=True) is None and secret in out.read_text()
+
+
+def test_evaluate_logs_and_writes_only_hashes_of_gpqa_completions(tmp_path: Path, monkeypatch) -> None:
+    """`brorl evaluate` on GPQA: the result it writes (pushed by DVC) and logs to MLflow holds no completion text;
+    the full records are in resources/gated/. lm-eval itself is stood in for (it needs a model run): the stand-in
+    writes the result the runner writes."""
+    import mlflow
+
+    from brorl import cli
+    from brorl.evaluation import runner
+
+    secret = "The reasoning restates a GPQA question, which must not be posted"
+    result = {"benchmark": "gpqa_diamond", "k": 2, "metrics": {"mean_at_k": 0.5, "pass_at_1": 0.5, "n_problems": 1.0},
+              "categories": {}, "samples": [{"doc_id": 0, "id": "recA", "category": "gpqa_diamond", "correct": [1, 0],
+                                             "completions": [secret, "\\boxed{C}"]}],
+              "model_hash": "m" * 64, "task_hash": "t" * 64, "seconds": 1.0, "cached": False}
+
+    def fake_evaluate(model_dir, benchmark, data_dir, out_json, **kwargs):
+        runner.atomic_write_json(out_json, result)
+        return result
+
+    monkeypatch.setattr(runner, "evaluate", fake_evaluate)
+    monkeypatch.chdir(tmp_path)
+    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "gated", "artifact_root": str(tmp_path / "art")}
+    out = "results/eval/prorl/gpqa_diamond.json"
+    for share in (False, True):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        assert cli.main(["evaluate", "--rule", "evaluate", "--profile", "paper", "--config",
+                         json.dumps({"k": 2, "share_gated": share}), "--tracking", json.dumps(tracking),
+                         "--model", "resources/models/prorl", "--benchmark", "gpqa_diamond",
+                         "--data", "resources/gated/benchmarks", "--out", out]) == 0
+        assert (secret in Path(out).read_text()) == share
+    client = mlflow.MlflowClient(tracking["uri"])
+    runs = client.search_runs([client.get_experiment_by_name("gated").experiment_id],
+                              order_by=["attributes.start_time ASC"])
+    kept, shared = runs
+    assert kept.data.tags["gated_records_local"] == "resources/gated/eval/prorl/gpqa_diamond.json"
+    assert "gated_records_local" not in shared.data.tags
+    logged = Path(client.download_artifacts(kept.info.run_id, "gpqa_diamond.json", str(tmp_path / "dl")))
+    assert secret not in logged.read_text() and json.loads(logged.read_text())["metrics"]["mean_at_k"] == 0.5
+    assert secret in (tmp_path / "resources/gated/eval/prorl/gpqa_diamond.json").read_text()
