@@ -626,10 +626,19 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     out = run.stdout + run.stderr
     assert run.returncode != 0 and "HF_TOKEN" in out and "do not reveal examples" in out
     assert "Finished job" not in out and not (work / "logs").exists() and not (work / "resources").exists()
+    # an unpinned source is refused the same way (before any job), naming the key that pins it
+    run = _snakemake(["--cores", "1", "--configfile", paper, "--", "results/data/benchmarks/aime24/test.jsonl"],
+                     work, env)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "not pinned to a commit: aime24 (main)" in out
+    assert "evaluation.revisions.aime24" in out and "checkpoints.allow_unpinned" in out
+    assert "Finished job" not in out and not (work / "logs").exists() and not (work / "results").exists()
 
     plan = _snakemake(["-n", "--configfile", paper], work, env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert "WARNING (a real run stops here)" in plan.stderr and "HF_TOKEN" in plan.stderr
+    assert "not pinned to a commit: deepscaler (main)" in plan.stderr  # a dry run only warns
+    assert "not pinned to a commit: aime25" not in plan.stderr and "not pinned to a commit: prorl" not in plan.stderr
     dvc = next(line for line in plan.stdout.splitlines() if "brorl dvc-track" in line)
     tracked = dvc.split("brorl dvc-track ")[1].split(" --push")[0].split()
     assert "results/data" in tracked and "results/eval" in tracked

@@ -125,14 +125,15 @@ def cmd_theory_sweep(args) -> int:
     return 0
 
 
-def _require_pins(args, cfg: dict, sources: dict, how: str) -> list[str]:
+def _require_pins(args, cfg: dict, sources: dict, key: str) -> list[str]:
     """Paper profile: refuse sources not pinned to a commit unless ``allow_unpinned`` (the config switch
-    checkpoints.allow_unpinned); what was allowed is tagged on the run (``unpinned_sources``). Call in a run."""
+    checkpoints.allow_unpinned); what was allowed is tagged on the run (``unpinned_sources``). ``key``: the config
+    key that pins them. Call in a run. (The DAG refuses them first: workflow/rules/fetch.smk.)"""
     import mlflow
 
-    from brorl.fetch import unpinned
+    from brorl.fetch import pin_hint, unpinned
 
-    loose = unpinned(sources, allow=args.profile != "paper" or bool(cfg.get("allow_unpinned")), how=how)
+    loose = unpinned(sources, allow=args.profile != "paper" or bool(cfg.get("allow_unpinned")), how=pin_hint(key))
     if loose:
         mlflow.set_tag("unpinned_sources", ",".join(loose))
     return loose
@@ -147,9 +148,7 @@ def cmd_fetch_model(args) -> int:
     cfg = json.loads(args.config)
     with _run(args):
         name = Path(args.dest).name
-        _require_pins(args, cfg, {name: (cfg["revision"], cfg.get("commit"))},
-                      f"Set checkpoints.fetch.{name}.commit to the 40-hex commit it must resolve to, or set "
-                      "checkpoints.allow_unpinned: true to fetch whatever the branch points to now.")
+        _require_pins(args, cfg, {name: (cfg["revision"], cfg.get("commit"))}, f"checkpoints.fetch.{name}.commit")
         info = fetch_model(cfg["repo_id"], cfg["revision"], args.dest, source=cfg.get("source"),
                            manifest=args.manifest, commit=cfg.get("commit"))
         mlflow.log_params({f"resolved.{k}": v for k, v in info["params"].items()})
@@ -368,8 +367,7 @@ def cmd_train_data(args) -> int:
     cfg = json.loads(args.config)
     with _run(args):
         _require_pins(args, cfg, hub_revisions(TrainDataSettings.from_dict(cfg.get("data"))),
-                      "Set rl.data.revisions.<source> to a 40-hex commit, or set checkpoints.allow_unpinned: true "
-                      "to fetch whatever main points to now.")
+                      "rl.data.revisions.<source>")
         marker = prepare_train_data(args.out, cfg.get("data"), source=cfg.get("source"), cache_dir=args.cache,
                                     log_fn=lambda msg: print(f"[train-data] {msg}", flush=True))
         for name, info in marker["sources"].items():
@@ -469,9 +467,7 @@ def cmd_prepare_benchmark(args) -> int:
         revision = (cfg.get("revisions") or {}).get(args.name)
         spec = benchmark_spec(args.name)
         if not spec.generated:
-            _require_pins(args, cfg, {args.name: (revision or spec.revision, None)},
-                          f"Set evaluation.revisions.{args.name} to a 40-hex commit, or set "
-                          "checkpoints.allow_unpinned: true to fetch whatever main points to now.")
+            _require_pins(args, cfg, {args.name: (revision or spec.revision, None)}, f"evaluation.revisions.{args.name}")
         info = prepare_benchmark(args.name, cfg.get("source"), args.dest, revision=revision,
                                  log_fn=lambda msg: print(f"[prepare-benchmark] {msg}", flush=True))
         mlflow.set_tags({"benchmark_status": info["status"], "commit": str(info.get("commit")),

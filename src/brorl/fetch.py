@@ -494,6 +494,12 @@ def unpinned(sources: Mapping[str, tuple[str | None, str | None]], *, allow: boo
     return loose
 
 
+def pin_hint(key: str) -> str:
+    """How to pin a source of the pipeline's config (``key``: where its commit goes) or allow it unpinned."""
+    return (f"Set {key} to a 40-hex commit, or set checkpoints.allow_unpinned: true to fetch whatever the branch "
+            "points to now (the run is then tagged unpinned_sources in MLflow).")
+
+
 def remove_leftovers(dest: str | os.PathLike[str], manifest: str | os.PathLike[str] | None = None) -> list[Path]:
     """Remove what a killed fetch of ``dest`` left beside it (``.<name>.tmp-*`` downloads, ``.<name>.old-*``
     copies set aside, ``.<manifest>.tmp-*``); returns what was removed. Two fetches of one folder at once are
@@ -1009,5 +1015,5 @@ __all__ = [
     "RemoteFile", "RemoteSnapshot", "HubClient", "HfHubClient", "LocalFolderClient", "hub_client",
     "offline_mode", "write_local_snapshot", "default_manifest_path", "fetch_snapshot", "fetch_model",
     "fetch_dataset", "fetch_paper_model", "verify", "load_data_blend", "blend_entry", "fetch_blend_entry",
-    "BLEND_ENTRY_FIELDS", "pinned_commit", "unpinned", "remove_leftovers", "hf_token", "gated_message",
+    "BLEND_ENTRY_FIELDS", "pinned_commit", "unpinned", "pin_hint", "remove_leftovers", "hf_token", "gated_message",
 ]

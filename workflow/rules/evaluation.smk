@@ -2,10 +2,7 @@
 # results/eval/<model>/<benchmark>.json with per-sample records. Models: the starting checkpoint (`prorl`)
 # and every arm's final checkpoint per seed (`<arm>-seed<s>`). Results are cached in resources/eval-cache by
 # the checkpoint's content hash and the task config, so a changed model is never served stale scores.
-import sys
-
 from brorl.evaluation.paper_data import benchmark_data_root, benchmark_spec, check_gated_access
-from brorl.fetch import FetchError
 
 EVAL = "evaluation" in config
 EVAL_MODELS = {}
@@ -33,15 +30,17 @@ DATA_OUTPUTS += [path for path in BENCH_FILES.values() if path.startswith("resul
 def gated_token_check(wildcards):
     """No input; stops the DAG (before any job) when a gated benchmark must come from the hub without a token."""
     spec = benchmark_spec(wildcards.benchmark)
-    if Path(BENCH_FILES[spec.name]).exists():
-        return []
-    try:
-        check_gated_access(spec, config["checkpoints"].get("source"), Path(BENCH_FILES[spec.name]).parent / "snapshot")
-    except FetchError as err:
-        if not workflow.dryrun:
-            raise
-        print(f"WARNING (a real run stops here): {err}", file=sys.stderr)
+    if not Path(BENCH_FILES[spec.name]).exists():
+        stop_before_any_job(lambda: check_gated_access(spec, config["checkpoints"].get("source"),
+                                                       Path(BENCH_FILES[spec.name]).parent / "snapshot"))
     return []
+
+
+def benchmark_revision(wildcards):
+    """{benchmark: (revision, None)} of a hub benchmark (none for a generated one), for the pin check."""
+    spec = benchmark_spec(wildcards.benchmark)
+    revisions = config["evaluation"].get("revisions") or {}
+    return {} if spec.generated else {spec.name: (revisions.get(spec.name) or spec.revision, None)}
 
 
 
@@ -50,6 +49,8 @@ if PAPER_BENCH:
     rule benchmark_data:
         input:
             gated_token_check,
+            pinned_input(lambda wc: BENCH_FILES[wc.benchmark], benchmark_revision,
+                         lambda wc: f"evaluation.revisions.{wc.benchmark}"),
         output:
             "{bench_root}/{benchmark}/test.jsonl",
         wildcard_constraints:
