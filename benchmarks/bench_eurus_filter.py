@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     path = folder / "train.parquet"
     try:
         info = generate(path, int(args.size), args.row_group_rows)
-        print(f"generated {path}: {info['rows']:,} rows in {info['row_groups']} row groups, file {_gb(info['file_bytes'])}"
-              f", {_gb(info['arrow_bytes'])} uncompressed in Arrow ({info['seconds']:.0f} s)", flush=True)
+        print(f"generated {path}: {info['rows']:,} rows in {info['row_groups']} row groups, "
+              f"file {_gb(info['file_bytes'])}, {_gb(info['arrow_bytes'])} uncompressed in Arrow "
+              f"({info['seconds']:.0f} s)", flush=True)
         results = {}
         for mode in ("old", "new"):
             if mode == "old" and args.old_max_size and info["file_bytes"] > args.old_max_size:

@@ -270,7 +270,8 @@ def test_paper_models(tmp_path: Path) -> None:
     """The paper's checkpoints are pinned: the stand-in must hold the pinned commits; a moved branch is refused
     naming both commits; v1 (only a prefix of its commit is known) is refused unless unpinned fetches are allowed."""
     models = fetch.PAPER_MODELS
-    assert (models["prorl"]["revision"], models["prorl"]["commit"]) == ("main", "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0")
+    assert (models["prorl"]["revision"], models["prorl"]["commit"]) == (
+        "main", "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0")
     assert (models["brorl-released"]["revision"], models["brorl-released"]["commit"]) == (
         "brorl", "3441fcdf8c6e81a2959e6352ff50122e3c677d72")
     hub = tmp_path / "hub"
@@ -526,7 +527,8 @@ def _brorl(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.Co
 def test_paper_profile_refuses_unpinned_sources_unless_allowed_and_says_so_in_mlflow(hub: Path, tmp_path: Path):
     import mlflow
 
-    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "pins", "artifact_root": str(tmp_path / "art")}
+    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "pins",
+                "artifact_root": str(tmp_path / "art")}
 
     def fetch_cli(cfg: dict, profile: str = "paper"):
         return _brorl(["brorl", "fetch-model", "--rule", "fetch_checkpoint", "--profile", profile,
@@ -644,14 +646,15 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     assert "results/data" in tracked and "results/eval" in tracked
     assert f"output: {target}" in plan.stdout and "results/data/benchmarks/gpqa_diamond" not in plan.stdout
     assert not any(target.startswith(folder + "/") for folder in tracked)
-    assert f"--data resources/gated/benchmarks" in plan.stdout  # the evaluate job reads it from there
+    assert "--data resources/gated/benchmarks" in plan.stdout  # the evaluate job reads it from there
 
     shared = yaml.safe_load(Path(paper).read_text())
     shared["evaluation"]["share_gated"] = True
     (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
     plan = _snakemake(["-n", "--configfile", str(tmp_path / "shared.yaml")], work, env)
     assert plan.returncode == 0, plan.stderr[-3000:]
-    assert "output: results/data/benchmarks/gpqa_diamond/test.jsonl" in plan.stdout and "resources/gated" not in plan.stdout
+    assert "output: results/data/benchmarks/gpqa_diamond/test.jsonl" in plan.stdout
+    assert "resources/gated" not in plan.stdout
 
 
 def test_gated_evaluation_keeps_completions_local_and_shares_scores_and_hashes(tmp_path: Path) -> None:
@@ -700,7 +703,8 @@ def test_evaluate_logs_and_writes_only_hashes_of_gpqa_completions(tmp_path: Path
 
     monkeypatch.setattr(runner, "evaluate", fake_evaluate)
     monkeypatch.chdir(tmp_path)
-    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "gated", "artifact_root": str(tmp_path / "art")}
+    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "gated",
+                "artifact_root": str(tmp_path / "art")}
     out = "results/eval/prorl/gpqa_diamond.json"
     for share in (False, True):
         Path(out).parent.mkdir(parents=True, exist_ok=True)

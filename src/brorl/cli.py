@@ -467,7 +467,8 @@ def cmd_prepare_benchmark(args) -> int:
         revision = (cfg.get("revisions") or {}).get(args.name)
         spec = benchmark_spec(args.name)
         if not spec.generated:
-            _require_pins(args, cfg, {args.name: (revision or spec.revision, None)}, f"evaluation.revisions.{args.name}")
+            _require_pins(args, cfg, {args.name: (revision or spec.revision, None)},
+                          f"evaluation.revisions.{args.name}")
         info = prepare_benchmark(args.name, cfg.get("source"), args.dest, revision=revision,
                                  log_fn=lambda msg: print(f"[prepare-benchmark] {msg}", flush=True))
         mlflow.set_tags({"benchmark_status": info["status"], "commit": str(info.get("commit")),

@@ -1011,7 +1011,8 @@ def fetch_blend_entry(name: str, dest_root: str | os.PathLike[str] = "resources/
 
 
 __all__ = [
-    "PAPER_MODELS", "FetchError", "OfflineError", "PinError", "GatedRepoAccessError", "VerificationError", "ChecksumError", "Problem",
+    "PAPER_MODELS", "FetchError", "OfflineError", "PinError", "GatedRepoAccessError", "VerificationError",
+    "ChecksumError", "Problem",
     "RemoteFile", "RemoteSnapshot", "HubClient", "HfHubClient", "LocalFolderClient", "hub_client",
     "offline_mode", "write_local_snapshot", "default_manifest_path", "fetch_snapshot", "fetch_model",
     "fetch_dataset", "fetch_paper_model", "verify", "load_data_blend", "blend_entry", "fetch_blend_entry",

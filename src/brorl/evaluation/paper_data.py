@@ -992,7 +992,8 @@ if __name__ == "__main__":
 
 __all__ = [
     "PAPER_BENCHMARKS", "CODE_BENCHMARKS", "BenchmarkSpec", "BenchmarkDataError", "benchmark_spec", "prepare_benchmark",
-    "check_gated_access", "is_gated", "benchmark_data_root", "keep_gated_local", "GATED_LOCAL_ROOT", "select_rows", "usable_gold", "convert_rows", "GPQA_TERMS",
+    "check_gated_access", "is_gated", "benchmark_data_root", "keep_gated_local", "GATED_LOCAL_ROOT", "select_rows",
+    "usable_gold", "convert_rows", "GPQA_TERMS",
     "verify_benchmark", "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "read_table",
     "gold_text", "shuffle_choices", "gpqa_prompt", "code_tests", "code_prompt", "problem_text",
     "CODE_INSTRUCTION", "CODE_CALL_INSTRUCTION", "MATH_INSTRUCTION", "GPQA_INSTRUCTION", "RG_INSTRUCTION",

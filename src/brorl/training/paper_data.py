@@ -262,4 +262,5 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
 
 
 __all__ = ["TRAIN_SOURCES", "LEFT_OUT", "TrainDataSettings", "prepare_train_data", "paper_rewards",
-           "make_paper_reward", "hub_revisions", "is_paper_data", "is_paper_record", "split_records", "training_record", "MARKER"]
+           "make_paper_reward", "hub_revisions", "is_paper_data", "is_paper_record", "split_records",
+           "training_record", "MARKER"]
