@@ -629,11 +629,11 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     assert run.returncode != 0 and "HF_TOKEN" in out and "do not reveal examples" in out
     assert "Finished job" not in out and not (work / "logs").exists() and not (work / "resources").exists()
     # an unpinned source is refused the same way (before any job), naming the key that pins it
-    run = _snakemake(["--cores", "1", "--configfile", paper, "--", "results/data/benchmarks/aime24/test.jsonl"],
+    run = _snakemake(["--cores", "1", "--configfile", paper, "--", "results/data/benchmarks/minerva/test.jsonl"],
                      work, env)
     out = run.stdout + run.stderr
-    assert run.returncode != 0 and "not pinned to a commit: aime24 (main)" in out
-    assert "evaluation.revisions.aime24" in out and "checkpoints.allow_unpinned" in out
+    assert run.returncode != 0 and "not pinned to a commit: minerva (main)" in out
+    assert "evaluation.revisions.minerva" in out and "checkpoints.allow_unpinned" in out
     assert "Finished job" not in out and not (work / "logs").exists() and not (work / "results").exists()
 
     plan = _snakemake(["-n", "--configfile", paper], work, env)
