@@ -21,9 +21,9 @@ sympy compute a 370-million-digit integer inside C code where no Python signal c
 its own timeouts use ``signal.alarm``, which only works on the main thread.  So every verification runs
 in a small pool of worker processes managed here (:class:`RewardPool`):
 
-* each task has a *hard* deadline enforced by the parent (the worker is SIGKILLed and replaced, the task
-  scores 0.0) and a *soft* deadline inside the worker (an interval timer raises out of Python code, so
-  the common slow case ends without a restart);
+* each task has a *hard* deadline enforced by the parent (the worker is SIGKILLed and replaced) and a
+  *soft* deadline inside the worker (an interval timer raises out of Python code, so the common slow
+  case ends without a restart); a task that times out is retried once, then scores 0.0;
 * a worker that dies (segfault, OOM kill, ``os._exit``) is detected through its pipe / process sentinel
   and replaced; the pool keeps working;
 * workers are started with ``forkserver`` (``spawn`` as fallback), never plain ``fork``: the training
@@ -52,8 +52,12 @@ Usage notes
 * Workers do not re-import the parent's ``__main__`` (unlike plain multiprocessing children), so a
   training script's heavy imports are not repeated per worker, and scripts need no ``__main__`` guard
   for the pool's sake.
-* Pools are thread-safe (one batch at a time per pool) and fork-aware (a forked child that inherits a
-  pool starts its own workers instead of talking to the parent's).
+* Pools are thread-safe and fork-aware: concurrent callers share all the workers (one of them at a time
+  drives the scheduler for everyone's tasks), and a forked child that inherits a pool starts its own
+  workers instead of talking to the parent's.
+* A task that runs out of time (the soft limit in the worker or the hard one in the parent) is a
+  *timeout*, not an answer: it is counted, retried once with a fresh deadline, and never cached as a
+  reward (only remembered as a timeout for a while, see ``cache_timeouts``).
 """
 
 from __future__ import annotations
@@ -351,42 +355,12 @@ def _task_reasoning_gym(answer: str, entry: dict) -> float:
     return scorer(answer, entry)
 
 
-def _task_sleep(seconds: float) -> float:
-    """Test hook: an interruptible sleep (ends at the soft timeout)."""
-    time.sleep(seconds)
-    return 1.0
-
-
-def _task_hang() -> float:  # pragma: no cover - killed by the parent
-    """Test hook: hang like C code does -- ignore the soft-timeout signal and never return."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-    while True:
-        time.sleep(3600)
-
-
-def _task_exit(code: int = 3) -> float:  # pragma: no cover - the process dies
-    """Test hook: the worker process dies abruptly (like a segfault or an OOM kill)."""
-    os._exit(code)
-
-
-def _task_raise() -> float:
-    """Test hook: the task raises."""
-    raise RuntimeError("boom")
-
-
-def _task_value(value: Any) -> Any:
-    """Test hook: return an arbitrary value (the parent must sanitise it)."""
-    return value
-
-
+# The production task table.  Tests run their own tasks (a hang, a slow answer, a crash) by passing a
+# module-level function instead of a name: it is pickled by reference and imported in the worker, so no
+# test hook ships here.
 _TASKS: dict[str, Callable[..., Any]] = {
     "math": _task_math,
     "reasoning_gym": _task_reasoning_gym,
-    "__sleep__": _task_sleep,
-    "__hang__": _task_hang,
-    "__exit__": _task_exit,
-    "__raise__": _task_raise,
-    "__value__": _task_value,
 }
 _TASK_DOMAIN = {"math": "math", "reasoning_gym": "reasoning_gym"}
 
@@ -459,17 +433,21 @@ def _worker_main(conn, domains: Sequence[str], memory_limit_mb: int | None) -> N
             reply(("result", None, 0.0))
             continue
         _, task_id, kind, args, soft_timeout = message
+        status = "ok"
         try:
+            task = kind if callable(kind) else _TASKS[kind]
             if soft_timeout and soft_timeout > 0:
                 signal.setitimer(signal.ITIMER_REAL, soft_timeout)
             try:
-                value = _TASKS[kind](*args)
+                value = task(*args)
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             value = float(value)
+        except _SoftTimeout:
+            value, status = 0.0, "timeout"  # not an answer: the parent retries or reports a timeout
         except BaseException:
             value = 0.0
-        if not reply(("result", task_id, value)):
+        if not reply(("result", task_id, value, status)):
             return
 
 
@@ -481,13 +459,28 @@ _STARTING, _READY, _BUSY = "starting", "ready", "busy"
 
 
 @dataclass(eq=False)
+class _Job:
+    """One task of one caller: what to run, and (once ``done``) its reward."""
+
+    kind: Any  # a name in _TASKS, or a module-level function (tests run their own tasks this way)
+    args: tuple
+    timeout: float  # hard limit per attempt, counted from dispatch
+    soft: float  # the worker's own limit per attempt (0: none)
+    value: float = 0.0
+    attempts: int = 0
+    failed: bool = False  # timed out on every attempt, killed its worker, or could not be sent
+    timed_out: bool = False
+    done: bool = False
+
+
+@dataclass(eq=False)
 class _Worker:
     process: Any
     conn: Any
     state: str
     deadline: float  # start-up deadline while starting, hard task deadline while busy
     domains: frozenset
-    task: int = -1  # index into the current batch's unique tasks
+    job: _Job | None = None
     task_id: int = -1
     tasks_done: int = 0
     dead: bool = False
@@ -497,10 +490,13 @@ class _Worker:
 class PoolStats:
     """Counters for monitoring (e.g. TRL's ``log_metric``) and tests."""
 
-    tasks: int = 0  # tasks sent to workers
+    tasks: int = 0  # task attempts sent to workers
     cache_hits: int = 0
     prefiltered: int = 0  # scored 0.0 in the parent without a worker
-    timeouts: int = 0  # hard timeouts (worker killed)
+    timeouts: int = 0  # attempts that ran out of time (soft or hard)
+    hard_timeouts: int = 0  # ... of which the worker had to be killed
+    retries: int = 0  # timed-out tasks sent again with a fresh deadline
+    remembered_timeouts: int = 0  # scored 0.0 because the same task timed out recently (cache_timeouts)
     worker_deaths: int = 0  # workers that died on their own
     workers_started: int = 0
 
@@ -520,11 +516,17 @@ def _kill_worker(worker: _Worker) -> None:
     worker.dead = True
 
 
-def _shutdown_workers(workers: list, owner_pid: int, grace: float = 0.5) -> None:
-    """Stop workers politely (``stop`` message / EOF), then kill what is left; always reap."""
+def _shutdown_workers(workers: list, owner_pid: int, fds: Sequence[int] = (), grace: float = 0.5) -> None:
+    """Stop workers politely (``stop`` message / EOF), then kill what is left; always reap.  ``fds``
+    (the pool's wake-up pipe) are closed: only at the pool's finalisation."""
     if os.getpid() != owner_pid:  # a forked child must not touch the parent's workers
         workers.clear()
         return
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     for worker in workers:
         try:
             worker.conn.send_bytes(pickle.dumps(("stop",), protocol=_PICKLE_PROTOCOL))
@@ -650,9 +652,14 @@ class RewardPool:
         Worker processes (default 2, or ``BRORL_REWARD_WORKERS`` for the default pool).
     timeout
         Hard limit in seconds for verifying one answer, counted from when the task reaches an idle
-        worker (default 3.0, or ``BRORL_REWARD_TIMEOUT``).  On expiry the worker is killed and replaced
-        and the task scores 0.0.  A soft limit of ``soft_timeout_fraction * timeout`` inside the worker
-        usually ends slow Python-level work first, without a restart.
+        worker (default 3.0, or ``BRORL_REWARD_TIMEOUT``).  On expiry the worker is killed and replaced.
+        A soft limit of ``soft_timeout_fraction * timeout`` inside the worker usually ends slow
+        Python-level work first, without a restart.  Either way the attempt counts as a timeout
+        (``stats.timeouts``), never as an answer: it is retried ``timeout_retries`` times with a fresh
+        deadline before the task scores 0.0.
+    timeout_retries
+        Fresh attempts for a task that timed out (default 1), so a correct answer that was slow once on a
+        busy machine is not scored 0.0 for it.
     start_method
         ``"forkserver"`` (default where available) or ``"spawn"``.  ``"fork"`` is refused: the parent may
         have torch threads.
@@ -667,8 +674,13 @@ class RewardPool:
     cache_size
         LRU cache of (answer, gold) -> reward in the parent; 0 disables it.
     cache_timeouts
-        Also cache timeouts / worker crashes (as 0.0), so a policy that keeps emitting the same
-        pathological answer costs one timeout, not one per step (default True).
+        Remember tasks that timed out on every attempt (or killed their worker) for ``timeout_ttl``
+        seconds and score them 0.0 at once meanwhile, so a policy that keeps emitting the same
+        pathological answer costs its timeouts once per ``timeout_ttl``, not once per step (default
+        True).  A timeout is never cached as the answer's reward: after ``timeout_ttl`` it is verified
+        again, so a slow answer is not scored 0.0 for the life of the pool.
+    timeout_ttl
+        Seconds a timeout is remembered (default 600).
     memory_limit_mb
         Address space (``RLIMIT_AS``) each worker may add on top of what it maps at start-up (default
         2048 MiB), so a runaway big-number computation fails fast with ``MemoryError``; ``None`` or 0
@@ -696,6 +708,8 @@ class RewardPool:
         scan_chars: int = 50_000,
         cache_size: int = 65_536,
         cache_timeouts: bool = True,
+        timeout_ttl: float = 600.0,
+        timeout_retries: int = 1,
         memory_limit_mb: int | None = 2048,
         startup_timeout: float = 60.0,
         max_tasks_per_worker: int | None = None,
@@ -712,6 +726,8 @@ class RewardPool:
         self.scan_chars = int(scan_chars)
         self.cache_size = max(0, int(cache_size))
         self.cache_timeouts = bool(cache_timeouts)
+        self.timeout_ttl = float(timeout_ttl)
+        self.timeout_retries = max(0, int(timeout_retries))
         self.memory_limit_mb = memory_limit_mb
         self.startup_timeout = float(startup_timeout)
         self.max_tasks_per_worker = max_tasks_per_worker
@@ -732,14 +748,32 @@ class RewardPool:
         self._ctx = multiprocessing.get_context(start_method)
 
         self.stats = PoolStats()
-        self._cache: collections.OrderedDict = collections.OrderedDict()
-        self._lock = threading.RLock()
+        self._cache: collections.OrderedDict = collections.OrderedDict()  # key -> reward
+        self._timed_out: dict[tuple, float] = {}  # key -> until when its timeout is remembered
         self._workers: list[_Worker] = []
-        self._owner_pid = os.getpid()
         self._next_task_id = 0
         self._reported: set[str] = set()
-        self._finalizer = weakref.finalize(self, _shutdown_workers, self._workers, self._owner_pid)
+        self._reset_threading()
         _ALL_POOLS.add(self)
+
+    def _reset_threading(self) -> None:
+        """(Re)create the per-process scheduling state: on creation, and in a forked child.
+
+        Callers share the workers: each queues its jobs in ``_pending``, and one of them at a time (the
+        *driver*, ``_driving``) runs the scheduler loop for everyone's jobs until its own are done, then
+        hands over to a waiting caller.  ``_cond`` guards the queue, the job states, the cache and the
+        hand-over; a byte on the wake-up pipe interrupts the driver's wait, so new jobs reach idle
+        workers at once.
+        """
+        self._owner_pid = os.getpid()
+        self._cond = threading.Condition(threading.Lock())
+        self._pending: collections.deque[_Job] = collections.deque()
+        self._driving = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._finalizer = weakref.finalize(self, _shutdown_workers, self._workers, self._owner_pid,
+                                           (self._wake_r, self._wake_w))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -750,10 +784,18 @@ class RewardPool:
         self.close()
 
     def close(self) -> None:
-        """Stop and reap all workers.  The pool may be used again afterwards (workers restart lazily)."""
+        """Stop and reap all workers.  The pool may be used again afterwards (workers restart lazily).
+
+        Jobs of other threads that were running are queued again (the next driver restarts workers)."""
         self._check_fork()
-        with self._lock:
+        self._become_driver(())
+        try:
+            for worker in self._workers:
+                if worker.state == _BUSY and worker.job is not None:
+                    self._requeue(worker.job)
             _shutdown_workers(self._workers, self._owner_pid)
+        finally:
+            self._stop_driving()
 
     @property
     def worker_pids(self) -> list[int]:
@@ -773,10 +815,13 @@ class RewardPool:
                 except Exception:
                     pass
             self._workers.clear()
-            self._owner_pid = os.getpid()
-            self._lock = threading.RLock()
             self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, _shutdown_workers, self._workers, self._owner_pid)
+            for fd in (self._wake_r, self._wake_w):  # our inherited copies only
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._reset_threading()
 
     def _configure_forkserver(self) -> None:
         """Before the fork server starts: preload math-verify (and this module) into it, so replacement
@@ -851,99 +896,174 @@ class RewardPool:
             return False
 
     def _run(
-        self, tasks: Sequence[tuple[str, tuple]], timeout: float | None = None, failed: list | None = None
+        self, tasks: Sequence[tuple[Any, tuple]], timeout: float | None = None, failed: list | None = None
     ) -> list[float]:
         """Run ``(kind, args)`` tasks on the workers in parallel; one float per task, 0.0 on any failure.
 
-        Each task gets ``timeout`` seconds (default: the pool's) from the moment an idle worker receives
-        it.  Workers that time out, die, or fail to start are replaced (replacements start in the
-        background; the call does not wait for them unless it still has tasks to run).  Never raises on
-        task failure; an exception in the parent itself (e.g. KeyboardInterrupt) kills the busy workers
-        and propagates.  If ``failed`` (a list of ``len(tasks)`` booleans) is given, it is set True for
-        tasks that timed out, killed their worker or could not be sent.
+        ``kind`` is a name in the production task table or a module-level function (pickled by reference,
+        run in the worker: how tests run their own tasks).  Each attempt gets ``timeout`` seconds (default:
+        the pool's) from the moment an idle worker receives it; a timed-out task is retried
+        ``timeout_retries`` times with a fresh deadline.  Several threads may call this at once: their
+        tasks share the workers.  Workers that time out, die, or fail to start are replaced (replacements
+        start in the background; the call does not wait for them unless it still has tasks to run).
+        Never raises on task failure; an exception in the parent itself (e.g. KeyboardInterrupt) kills
+        the workers running this call's tasks and propagates.  If ``failed`` (a list of ``len(tasks)``
+        booleans) is given, it is set True for tasks that timed out on every attempt, killed their
+        worker or could not be sent.
         """
-        n = len(tasks)
-        if failed is None:
-            failed = [False] * n
-        results = [0.0] * n
-        if n == 0:
-            return results
+        jobs = self._submit(tasks, timeout)
+        self._wait(jobs)
+        if failed is not None:
+            failed[:] = [job.failed for job in jobs]
+        return [job.value for job in jobs]
+
+    def _submit(self, tasks: Sequence[tuple[Any, tuple]], timeout: float | None) -> list[_Job]:
         timeout = self.timeout if timeout is None else float(timeout)
         soft = timeout * self.soft_timeout_fraction if self.soft_timeout_fraction > 0 else 0.0
+        jobs = [_Job(kind, tuple(args), timeout, soft) for kind, args in tasks]
         self._check_fork()
-        with self._lock:
-            for kind, _ in tasks:
-                domain = _TASK_DOMAIN.get(kind)
+        with self._cond:
+            for job in jobs:
+                domain = _TASK_DOMAIN.get(job.kind) if isinstance(job.kind, str) else None
                 if domain:
                     self._domains.add(domain)
-            pending = collections.deque(range(n))
-            failures = 0  # workers that could not start, or died / stalled while starting
-            max_failures = 3 * self.num_workers + 3
-            try:
-                while True:
-                    self._workers[:] = [w for w in self._workers if not w.dead]
-                    if not pending and not any(w.state == _BUSY for w in self._workers):
-                        break
-                    if failures > max_failures:
-                        logger.error("reward workers keep failing to start; scoring %d tasks as 0.0", len(pending))
-                        for worker in list(self._workers):
-                            if worker.state == _BUSY:
-                                self._retire(worker)
-                        break
-                    while len(self._workers) < self.num_workers:
-                        if self._spawn_worker() is None:
-                            failures += 1
-                            break
-                    if not self._workers:
-                        continue
-                    self._dispatch(tasks, pending, timeout, soft, failed)
-                    waiting = [w for w in self._workers if not w.dead and w.state in (_BUSY, _STARTING)]
-                    if not waiting:
-                        continue
-                    wait_for = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
-                    handles: dict[Any, _Worker] = {}
-                    for w in waiting:
-                        handles[w.conn] = w
-                        handles[w.process.sentinel] = w
-                    woken = multiprocessing.connection.wait(list(handles), timeout=wait_for)
-                    for worker in {id(handles[h]): handles[h] for h in woken}.values():
-                        if not worker.dead and self._receive(worker, results, failed):
-                            failures += 1
-                    now = time.monotonic()
-                    for worker in list(self._workers):
-                        if worker.dead or worker.state == _READY or now < worker.deadline:
-                            continue
-                        if worker.state == _BUSY:
-                            self.stats.timeouts += 1
-                            results[worker.task] = 0.0
-                            failed[worker.task] = True
-                            logger.warning(
-                                "reward task %r timed out after %.1f s; worker %s killed and replaced",
-                                tasks[worker.task][0], timeout, worker.process.pid,
-                            )
-                        else:
-                            failures += 1
-                            logger.warning("reward worker %s not ready after %.0f s; replaced",
-                                           worker.process.pid, self.startup_timeout)
-                        self._retire(worker)
-            except BaseException:
+            self._pending.extend(jobs)
+        self._wake()
+        return jobs
+
+    def _wake(self) -> None:
+        """Interrupt the driver's wait (new jobs to dispatch)."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except OSError:  # pipe full: a wake-up is already pending
+            pass
+
+    def _become_driver(self, jobs: Sequence[_Job]) -> bool:
+        """Block until this thread may drive the scheduler (True) or, if ``jobs`` are given, until
+        another driver has finished them (False)."""
+        with self._cond:
+            while not (jobs and all(job.done for job in jobs)):
+                if not self._driving:
+                    self._driving = True
+                    return True
+                self._cond.wait()
+            return False
+
+    def _stop_driving(self) -> None:
+        with self._cond:
+            self._driving = False
+            self._cond.notify_all()
+
+    def _wait(self, jobs: list[_Job]) -> None:
+        """Return when ``jobs`` are done, driving the scheduler while no other thread does."""
+        if not jobs or not self._become_driver(jobs):
+            return
+        try:
+            self._drive(jobs)
+        except BaseException:
+            mine = {id(job) for job in jobs}
+            with self._cond:
+                self._pending = collections.deque(j for j in self._pending if id(j) not in mine)
+            for worker in list(self._workers):
+                if worker.state == _BUSY and id(worker.job) in mine:
+                    self._retire(worker)
+            raise
+        finally:
+            self._stop_driving()
+
+    def _finish(self, job: _Job, value: float = 0.0, failed: bool = False) -> None:
+        with self._cond:
+            job.value, job.failed, job.done = value, failed, True
+            self._cond.notify_all()
+
+    def _requeue(self, job: _Job) -> None:
+        """Put back a job whose attempt never really ran (its worker was stopped under it)."""
+        job.attempts -= 1
+        with self._cond:
+            self._pending.appendleft(job)
+
+    def _timeout(self, job: _Job, hard: bool) -> None:
+        """An attempt ran out of time: count it, then retry with a fresh deadline or report a timeout."""
+        self.stats.timeouts += 1
+        self.stats.hard_timeouts += hard
+        if job.attempts <= self.timeout_retries:
+            self.stats.retries += 1
+            with self._cond:
+                self._pending.appendleft(job)
+        else:
+            job.timed_out = True
+            self._finish(job, failed=True)
+
+    def _drive(self, jobs: list[_Job]) -> None:
+        """The scheduler loop: dispatch everyone's pending jobs, collect results, enforce deadlines,
+        replace lost workers -- until this caller's ``jobs`` are done."""
+        failures = 0  # workers that could not start, or died / stalled while starting
+        max_failures = 3 * self.num_workers + 3
+        while not all(job.done for job in jobs):
+            self._workers[:] = [w for w in self._workers if not w.dead]
+            if failures > max_failures:
+                logger.error("reward workers keep failing to start; scoring the queued tasks as 0.0")
+                with self._cond:
+                    lost, self._pending = list(self._pending), collections.deque()
                 for worker in list(self._workers):
                     if worker.state == _BUSY:
+                        lost.append(worker.job)
                         self._retire(worker)
-                raise
-        return results
+                for job in lost:
+                    self._finish(job, failed=True)
+                return
+            while len(self._workers) < self.num_workers:
+                if self._spawn_worker() is None:
+                    failures += 1
+                    break
+            if not self._workers:
+                continue
+            self._dispatch()
+            waiting = [w for w in self._workers if not w.dead and w.state in (_BUSY, _STARTING)]
+            if not waiting:
+                continue
+            wait_for = max(0.0, min(w.deadline for w in waiting) - time.monotonic())
+            handles: dict[Any, _Worker | None] = {self._wake_r: None}
+            for w in waiting:
+                handles[w.conn] = w
+                handles[w.process.sentinel] = w
+            woken = multiprocessing.connection.wait(list(handles), timeout=wait_for)
+            if self._wake_r in woken:
+                try:
+                    while os.read(self._wake_r, 4096):
+                        pass
+                except OSError:  # drained
+                    pass
+            for worker in {id(handles[h]): handles[h] for h in woken if handles[h] is not None}.values():
+                if not worker.dead and self._receive(worker):
+                    failures += 1
+            now = time.monotonic()
+            for worker in list(self._workers):
+                if worker.dead or worker.state == _READY or now < worker.deadline:
+                    continue
+                if worker.state == _BUSY:
+                    job = worker.job
+                    logger.warning("reward task %r timed out after %.1f s; worker %s killed and replaced",
+                                   getattr(job.kind, "__name__", job.kind), job.timeout, worker.process.pid)
+                    self._retire(worker)
+                    self._timeout(job, hard=True)
+                else:
+                    failures += 1
+                    logger.warning("reward worker %s not ready after %.0f s; replaced",
+                                   worker.process.pid, self.startup_timeout)
+                    self._retire(worker)
 
-    def _dispatch(self, tasks, pending, timeout: float, soft: float, failed: list) -> None:
-        """Hand pending tasks to idle workers (loading a task's domain first where a worker lacks it)."""
+    def _dispatch(self) -> None:
+        """Hand pending jobs to idle workers (loading a job's domain first where a worker lacks it)."""
         now = time.monotonic()
         for worker in list(self._workers):
-            if not pending:
-                return
             if worker.dead or worker.state != _READY:
                 continue
-            index = pending[0]
-            kind, args = tasks[index]
-            domain = _TASK_DOMAIN.get(kind)
+            with self._cond:
+                if not self._pending:
+                    return
+                job = self._pending[0]
+            domain = _TASK_DOMAIN.get(job.kind) if isinstance(job.kind, str) else None
             if domain and domain not in worker.domains:
                 # Import the domain's libraries outside the task's deadline, then come back.
                 if self._send(worker, ("load", sorted(self._domains))):
@@ -954,27 +1074,32 @@ class RewardPool:
                     self.stats.worker_deaths += 1
                     self._retire(worker)
                 continue
+            with self._cond:
+                self._pending.popleft()
             try:
-                payload = pickle.dumps(("task", self._next_task_id, kind, args, soft), protocol=_PICKLE_PROTOCOL)
+                payload = pickle.dumps(("task", self._next_task_id, job.kind, job.args, job.soft),
+                                       protocol=_PICKLE_PROTOCOL)
             except Exception:
-                failed[pending.popleft()] = True  # unpicklable task: it scores 0.0
+                self._finish(job, failed=True)  # unpicklable task: it scores 0.0
                 continue
             try:
                 worker.conn.send_bytes(payload)
             except (OSError, EOFError, ValueError):
-                # The worker died while idle; the task never ran, so it stays pending for another worker.
+                # The worker died while idle; the task never ran, so it goes back for another worker.
+                with self._cond:
+                    self._pending.appendleft(job)
                 self.stats.worker_deaths += 1
                 self._retire(worker)
                 continue
-            pending.popleft()
             self.stats.tasks += 1
+            job.attempts += 1
             worker.state = _BUSY
-            worker.task = index
+            worker.job = job
             worker.task_id = self._next_task_id
-            worker.deadline = now + timeout
+            worker.deadline = now + job.timeout
             self._next_task_id += 1
 
-    def _receive(self, worker: _Worker, results: list, failed: list) -> bool:
+    def _receive(self, worker: _Worker) -> bool:
         """Read one message (or EOF) from a worker that woke ``connection.wait``.
 
         Returns True if the worker was lost while starting (counts towards giving up on start-up).
@@ -991,12 +1116,13 @@ class RewardPool:
                     return False  # spurious wake-up
             except Exception:
                 pass
-            # The worker died (or sent garbage): a task it was running scores 0.0 (already the default).
+            # The worker died (or sent garbage): a job it was running scores 0.0.
             was_starting = worker.state == _STARTING
-            if worker.state == _BUSY:
-                failed[worker.task] = True
+            job = worker.job if worker.state == _BUSY else None
             self.stats.worker_deaths += 1
             self._retire(worker)
+            if job is not None:
+                self._finish(job, failed=True)
             logger.warning("reward worker %s died (exit code %s); replaced", worker.process.pid,
                            worker.process.exitcode)
             return was_starting
@@ -1009,48 +1135,67 @@ class RewardPool:
                 self._reported.add(problem)
                 logger.error("reward worker %s is degraded (its tasks will score 0.0): %s", message[1], problem)
         elif op == "result" and worker.state == _BUSY:
-            if message[1] == worker.task_id:
-                results[worker.task] = _as_reward(message[2])
+            job = worker.job
             worker.state = _READY
-            worker.task = -1
+            worker.job = None
             worker.tasks_done += 1
             if self.max_tasks_per_worker and worker.tasks_done >= self.max_tasks_per_worker:
                 self._retire(worker)
+            if message[1] != worker.task_id:
+                self._finish(job, failed=True)
+            elif len(message) > 3 and message[3] == "timeout":
+                self._timeout(job, hard=False)
+            else:
+                self._finish(job, _as_reward(message[2]))
         return False
 
     # -- caching -----------------------------------------------------------------------------------
 
-    def _run_cached(self, keys: list[tuple | None], tasks_for: Callable[[tuple], tuple[str, tuple]]) -> list[float]:
-        """Score ``keys`` (None -> 0.0), de-duplicating within the batch and through the LRU cache."""
+    def _run_cached(self, keys: list[tuple | None], tasks_for: Callable[[tuple], tuple[Any, tuple]]) -> list[float]:
+        """Score ``keys`` (None -> 0.0), de-duplicating within the batch and through the LRU cache.
+
+        Rewards are cached; a task that timed out on every attempt (or killed its worker) is not: with
+        ``cache_timeouts`` it is remembered as a timeout for ``timeout_ttl`` seconds, then tried again.
+        """
         self._check_fork()
         out = [0.0] * len(keys)
         todo: dict[tuple, list[int]] = {}
+        now = time.monotonic()
         for i, key in enumerate(keys):
             if key is None:
                 self.stats.prefiltered += 1
                 continue
-            if self.cache_size:
-                with self._lock:
-                    hit = self._cache.get(key)
-                    if hit is not None:
-                        self._cache.move_to_end(key)
+            with self._cond:
+                hit = self._cache.get(key) if self.cache_size else None
                 if hit is not None:
+                    self._cache.move_to_end(key)
                     self.stats.cache_hits += 1
-                    out[i] = hit
-                    continue
+                elif self._timed_out.get(key, 0.0) > now:
+                    hit = 0.0
+                    self.stats.remembered_timeouts += 1
+            if hit is not None:
+                out[i] = hit
+                continue
             todo.setdefault(key, []).append(i)
         if todo:
             unique = list(todo)
             failed = [False] * len(unique)
             values = self._run([tasks_for(k) for k in unique], failed=failed)
-            for key, value, bad in zip(unique, values, failed):
-                for i in todo[key]:
-                    out[i] = value
-                if self.cache_size and (self.cache_timeouts or not bad):
-                    with self._lock:
+            now = time.monotonic()
+            with self._cond:
+                for key, value, bad in zip(unique, values, failed):
+                    for i in todo[key]:
+                        out[i] = value
+                    if bad:
+                        if self.cache_timeouts:
+                            self._timed_out[key] = now + self.timeout_ttl
+                    elif self.cache_size:
+                        self._timed_out.pop(key, None)
                         self._cache[key] = value
                         while len(self._cache) > self.cache_size:
                             self._cache.popitem(last=False)
+                if len(self._timed_out) > self.cache_size:  # drop expired entries
+                    self._timed_out = {k: t for k, t in self._timed_out.items() if t > now}
         return out
 
     # -- public scoring API ------------------------------------------------------------------------
