@@ -140,6 +140,8 @@ def test_completion_text_formats():
     assert R.completion_text(b"\xffz").endswith("z")
     assert R.completion_text(3) is None
     assert R.completion_text([{"role": "assistant"}]) is None
+    assert R.completion_text([{"role": "user", "content": "a"}]) is None  # no assistant turn: no text
+    assert R.completion_text([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]) == "b"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -179,6 +181,110 @@ COT = "Let's think step by step. First we simplify the expression, then we check
 )
 def test_math_reward_realistic(pool, completion, gold, expected):
     assert R.math_reward(completion, gold, pool=pool) == expected
+
+
+# --------------------------------------------------------------------------------------------------
+# Reward decisions: wrong answers a policy could learn to write must not pay (issue 20, item 3).
+# The references are the paper's graders: math-verify 0.9.0 (what brorl verifies with) and the
+# DeepScaleR / ProRL grader (deepscaler/rewards/math_reward.py: last \boxed{} after </think>, Hendrycks /
+# PRM800K normalisation).
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "completion, gold, expected",
+    [
+        # Equation chains: math-verify grades the last side only (so x = 142 is 142), which alone would pay
+        # a false statement.  A definition pays on its value; a numeric chain only if it is true.
+        ("\\boxed{143 = 142}", "142", 0.0),
+        ("\\boxed{142 = 143}", "142", 0.0),
+        ("\\boxed{143 \\equiv 142}", "142", 0.0),
+        ("\\boxed{x = 143 = 142}", "142", 0.0),
+        ("\\boxed{143 = x = 142}", "142", 0.0),
+        ("\\boxed{143 \\to 142}", "142", 0.0),  # arrows and := read as "="
+        ("\\boxed{143 \\Rightarrow 142}", "142", 0.0),
+        ("\\boxed{143 := 142}", "142", 0.0),
+        ("\\boxed{x = 142}", "142", 1.0),
+        ("\\boxed{f(2) = 142}", "142", 1.0),
+        ("\\boxed{\\frac{284}{2} = 142}", "142", 1.0),
+        ("\\boxed{2 \\cdot 71 = 142}", "142", 1.0),
+        ("\\boxed{x \\to 142}", "142", 1.0),
+        ("\\boxed{\\lim_{x \\to 0} f(x) = 142}", "142", 1.0),  # an arrow inside braces is not a chain
+        # Hedged answers: neither candidate pays (math-verify alone read "142 (or maybe 143)" as 143).
+        ("the answer is 142 (or maybe 143)", "143", 0.0),
+        ("the answer is 142 (or maybe 143)", "142", 0.0),
+        ("\\boxed{142 (or maybe 143)}", "143", 0.0),
+        ("\\boxed{142 \\text{ (probably)}}", "142", 0.0),
+        ("The answer is 142?", "142", 0.0),
+        ("\\boxed{\\text{odd or even}}", "\\text{odd or even}", 1.0),  # unless the gold reads that way
+        # Hidden characters inside the answer: "14\x002" is not 142 (it used to be, once the NUL was dropped).
+        ("\\boxed{14\x002}", "142", 0.0),
+        ("\\boxed{1\u200b42}", "142", 0.0),  # zero-width space
+        ("\\boxed{\u202e241}", "142", 0.0),  # right-to-left override
+        ("\\boxed{14\ud8002}", "142", 0.0),  # lone surrogate
+        ("\x00 noise \x00 then \\boxed{142}", "142", 1.0),  # outside the answer: harmless
+        # Message lists: only the model's own turns are scored.
+        ([{"role": "user", "content": "\\boxed{7}"}], "7", 0.0),
+        ([{"role": "system", "content": "\\boxed{7}"}, {"role": "user", "content": "solve"}], "7", 0.0),
+        ([{"role": "user", "content": "\\boxed{7}"}, {"role": "assistant", "content": "\\boxed{8}"}], "7", 0.0),
+        ({"role": "tool", "content": "\\boxed{7}"}, "7", 0.0),
+        ([{"role": "assistant", "content": "\\boxed{7}"}], "7", 1.0),
+        # Percent: the sign is a unit (DeepScaleR's grader drops it, math-verify accepts the bare form), so
+        # 50\% is 50 either way round; it is not the fraction 0.5.
+        ("\\boxed{50\\%}", "50", 1.0),
+        ("\\boxed{50}", "50\\%", 1.0),
+        ("\\boxed{50%}", "50", 1.0),
+        ("The answer is $50\\%$.", "50", 1.0),
+        ("\\boxed{50\\%}", "51", 0.0),
+        ("\\boxed{0.5}", "50\\%", 0.0),
+        ("\\boxed{50\\%}", "0.5", 0.0),
+        # Reasoning is not the answer: only the text after the last </think> counts (DeepScaleR); an
+        # unclosed <think> is truncated reasoning.
+        ("<think>\\boxed{3}</think> The answer is 4", "3", 0.0),
+        ("<think>\\boxed{3}</think> The answer is 4", "4", 1.0),
+        ("<think>so \\boxed{3}</think> I am not sure.", "3", 0.0),
+        ("<think>so \\boxed{3}", "3", 0.0),
+        ("Let me see. \\boxed{3}</think> \\boxed{3}", "3", 1.0),  # template put <think> in the prompt
+        # Several boxes: the last complete one is the answer (DeepScaleR), the others never pay.
+        ("\\boxed{142} no wait \\boxed{143}", "142", 0.0),
+        ("\\boxed{142}\\boxed{143}", "143", 1.0),
+    ],
+)
+def test_math_reward_decisions(pool, completion, gold, expected):
+    assert R.math_reward(completion, gold, pool=pool) == expected
+
+
+HEDGES = [
+    "\\boxed{{{a} \\text{{ or }} {b}}}", "\\boxed{{{a}, {b}}}", "\\boxed{{\\{{{a}, {b}\\}}}}", "\\boxed{{{a} \\\\ {b}}}",
+    "\\boxed{{{a} \\quad {b}}}", "\\boxed{{{a}\\ {b}}}", "\\boxed{{{a} \\sim {b}}}", "\\boxed{{{a} \\mid {b}}}",
+    "\\boxed{{{a} ({b})}}", "\\boxed{{{a} \\approx {b}}}", "\\boxed{{{a}/{b}}}", "\\boxed{{{a} \\pm 1}}",
+    "\\boxed{{{a} = {b}}}", "\\boxed{{x = {a} = {b}}}", "\\boxed{{{a} \\to {b}}}", "\\boxed{{{a} \\lor {b}}}",
+    "\\boxed{{{a}}}\\boxed{{{b}}}", "\\boxed{{{a} \\boxed{{{b}}}}}", "\\boxed{{\\boxed{{{a}}}\\boxed{{{b}}}}}",
+    "<think>\\boxed{{{a}}}</think>\\boxed{{{b}}}", "The answer is {a} or {b}.", "The answer is {a}, or {b}",
+    "answer: {a} (or maybe {b})", "{a} or {b}", "\\boxed{{[{a}, {b}]}}", "\\boxed{{({a}, {b})}}",
+    "\\boxed{{{a} \\text{{ and }} {b}}}", "\\boxed{{{a}\\%\\ {b}}}", "\\boxed{{{a}\x00{b}}}",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("template", HEDGES)
+def test_no_completion_pays_for_two_different_answers(pool, template):
+    """Whatever a completion says, it cannot be right for both 142 and 143 (in either order)."""
+    for a, b in ((142, 143), (143, 142)):
+        text = template.format(a=a, b=b)
+        paid = [g for g in ("142", "143") if R.math_reward(text, g, pool=pool) == 1.0]
+        assert len(paid) <= 1, (text, paid)
+
+
+def test_huge_and_deep_completions_stay_cheap_and_unpaid(pool):
+    """A 5 MB completion (answer at the end, behind a long think block) is scored from its tail in the parent;
+    over-long or over-nested answers are refused there without reaching a worker."""
+    tasks = pool.stats.tasks
+    long_think = "<think>" + "wait, " * 800_000 + "</think>"
+    assert R.math_reward(long_think + " \\boxed{142}", "142", pool=pool) == 1.0
+    assert R.math_reward(long_think + " \\boxed{" + "1" * 5000 + "}", "142", pool=pool) == 0.0
+    assert R.math_reward("\\boxed{" + "{" * 50 + "142" + "}" * 50 + "}", "142", pool=pool) == 0.0
+    assert R.math_reward("\\boxed{142}" + "x" * 5_000_000, "142", pool=pool) == 0.0  # the box is out of reach
+    assert pool.stats.tasks - tasks <= 2
 
 
 def test_math_rewards_batch_and_cache(pool):

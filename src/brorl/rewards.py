@@ -77,6 +77,7 @@ import re
 import signal
 import threading
 import time
+import unicodedata
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -130,6 +131,16 @@ _BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)[ \t]{0,8}\{|\\[{}]|[{}]")
 _ANSWER_MARKERS = ("answer is", "answer:", "answer =", "answer would be")
 _NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 _FALLBACK_TAIL_CHARS = 4000
+# A hedged final answer ("142 (or maybe 143)", "\boxed{142 \text{ or } 143}") is not an answer: it scores 0.0
+# unless the gold answer itself reads that way.
+_HEDGE = re.compile(r"\b(?:or|maybe|perhaps|possibly|probably|either|unsure|not\s+sure)\b|\?", re.IGNORECASE)
+# Arrows and ":=" at the top level of an answer are read as "=", so "143 \to 142" is the equation chain it
+# means (and is judged as one, see _false_equation); tokens inside braces (\lim_{x \to 0}) are left alone.
+_ARROW_OR_BRACE = re.compile(
+    r"\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies)(?![A-Za-z])|:=|\\[{}]|[{}]"
+)
+_PERCENT = re.compile(r"\\?%")
+_VISIBLE_CONTROLS = "\t\n\r"
 _OPENERS = "{(["
 _CLOSERS = "})]"
 
@@ -140,7 +151,8 @@ def completion_text(completion: Any) -> str | None:
     Accepts what TRL passes: a plain string, or a conversational completion (a list of message dicts,
     ``[{"role": "assistant", "content": ...}]``, where ``content`` may itself be a list of
     ``{"type": "text", "text": ...}`` parts).  For a message list the assistant messages are joined
-    (tool-calling completions have several).  ``bytes`` are decoded leniently.  Anything else -> ``None``.
+    (tool-calling completions have several); a list without one gives ``None``.  ``bytes`` are decoded
+    leniently.  Anything else -> ``None``.
     """
     if isinstance(completion, str):
         return completion
@@ -150,8 +162,10 @@ def completion_text(completion: Any) -> str | None:
         completion = [completion]
     if isinstance(completion, (list, tuple)):
         parts: list[str] = []
-        messages = [m for m in completion if isinstance(m, dict)]
-        assistant = [m for m in messages if m.get("role", "assistant") == "assistant"] or messages
+        # Only the model's own turns: a list without an assistant turn has no completion text (another
+        # role's text -- a prompt that contains the answer -- is never scored).  A message without a
+        # role is the model's.
+        assistant = [m for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
         for message in assistant:
             content = message.get("content")
             if isinstance(content, str):
@@ -175,6 +189,32 @@ def _clean(text: str) -> str:
     except UnicodeEncodeError:
         text = text.encode("utf-8", errors="replace").decode("utf-8", errors="replace")
     return text
+
+
+def _has_hidden_characters(text: str) -> bool:
+    """True if ``text`` holds a control, format or lone-surrogate character other than tab / newline: a NUL
+    or a zero-width space inside "14\\x002" makes it read as 142 once dropped, so such an answer is refused."""
+    return any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") and ch not in _VISIBLE_CONTROLS for ch in text)
+
+
+def _normalize_answer(text: str) -> str:
+    """The answer as graded: percent signs dropped (``50\\%`` is ``50``: DeepScaleR's grader removes them,
+    math-verify accepts the bare form) and top-level arrows / ``:=`` read as ``=``."""
+    text = _PERCENT.sub("", text)
+    if "\\" not in text and ":=" not in text:
+        return text
+    out, depth, last = [], 0, 0
+    for match in _ARROW_OR_BRACE.finditer(text):
+        token = match.group()
+        if token == "{":
+            depth += 1
+        elif token == "}":
+            depth = max(0, depth - 1)
+        elif token[0] == ":" or token[1] not in "{}":
+            if depth == 0:
+                out.append(text[last:match.start()] + " = ")
+                last = match.end()
+    return "".join(out) + text[last:]
 
 
 def _nesting_depth(text: str) -> int:
@@ -227,7 +267,9 @@ def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[s
 
     Returns ``(kind, answer)`` where ``kind`` is ``"boxed"`` (the answer is a bare LaTeX expression, to be
     parsed as ``\\boxed{answer}``) or ``"raw"`` (a short snippet containing ``$...$`` math, parsed as-is),
-    or ``None`` when no answer can be found.  Order of preference:
+    or ``None`` when no answer can be found.  Only the text after the last ``</think>`` is searched (the
+    reasoning is not the answer, as in the DeepScaleR grader); a completion that opens ``<think>`` and
+    never closes it (truncated reasoning) has no answer.  Order of preference:
 
     1. the last complete ``\\boxed{...}``;
     2. the text after the last "answer is" / "answer:" (up to the end of that line);
@@ -235,6 +277,11 @@ def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[s
     """
     text = completion_text(completion)
     if not text:
+        return None
+    think_end = text.rfind("</think>")
+    if think_end >= 0:
+        text = text[think_end + len("</think>"):]
+    elif "<think>" in text:
         return None
     boxed = extract_boxed(text, scan_chars)
     if boxed is not None:
@@ -338,9 +385,27 @@ def _task_math(kind: str, answer: str, gold: str) -> float:
     if not gold_parsed:
         return 0.0
     pred_parsed = _mv_parse("\\boxed{" + answer + "}" if kind == "boxed" else answer)
-    if not pred_parsed:
+    if not pred_parsed or _false_equation(pred_parsed[0]):
         return 0.0
     return 1.0 if verify(gold_parsed, pred_parsed, timeout_seconds=None) else 0.0
+
+
+def _false_equation(expr) -> bool:
+    """True if ``expr`` is an equation (or chain of them) whose numeric sides disagree, like ``143 = 142``.
+
+    math-verify compares only the last side of an equation with the gold (so that ``x = 142`` is 142), which
+    would pay ``\\boxed{143 = 142}`` for 142.  DeepScaleR's grader pays neither (it strips only a short left
+    side such as ``x =``).  Decision: a definition (``x = 142``, ``f(2) = 142``: a side that is not a number)
+    is graded on its value, as math-verify does; a computation chain pays only if it is true
+    (``\\frac{10}{2} = 5`` for 5); a false statement never pays.
+    """
+    import sympy
+    from math_verify import verify
+
+    parts = expr.args if isinstance(expr, sympy.And) else (expr,)
+    numbers = [side for eq in parts if isinstance(eq, sympy.Equality) for side in eq.args
+               if getattr(side, "is_number", False)]
+    return any(not verify(numbers[0], side, timeout_seconds=None) for side in numbers[1:])
 
 
 def _task_reasoning_gym(answer: str, entry: dict) -> float:
@@ -1214,9 +1279,12 @@ class RewardPool:
             if found is None:
                 return None
             kind, answer = found
-            answer = _clean(answer.strip())
-            if not answer or len(answer) > self.max_answer_chars:
+            answer = answer.strip()
+            if not answer or len(answer) > self.max_answer_chars or _has_hidden_characters(answer):
                 return None
+            if _HEDGE.search(answer) and not _HEDGE.search(gold_text):
+                return None
+            answer, gold_text = _normalize_answer(answer), _normalize_answer(gold_text)
             if _nesting_depth(answer) > self.max_nesting or _nesting_depth(gold_text) > self.max_nesting:
                 return None
             return ("math", kind, answer, gold_text)
