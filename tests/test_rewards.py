@@ -384,6 +384,18 @@ def test_reasoning_gym_reward(pool, rg_entries):
     assert R.reasoning_gym_reward("<answer>" + "x" * 100_000 + "</answer>", e, pool=pool) == 0.0
 
 
+def test_reasoning_gym_scorer_is_built_outside_the_deadline():
+    """arc_agi's scorer loads the ARC data when it is built (about 1.3 s here, much longer on a busy machine):
+    that one-time set-up runs before the task's clock starts, so a correct answer scores 1.0 even with a
+    deadline far below the set-up time."""
+    reasoning_gym = pytest.importorskip("reasoning_gym")
+    entry = reasoning_gym.create_dataset("arc_agi", size=1, seed=1)[0]
+    with RewardPool(num_workers=1, timeout=0.5, preload=("math", "reasoning_gym")) as p:
+        assert p.reasoning_gym_reward(f"<answer>{entry['answer']}</answer>", entry) == 1.0
+        assert p.reasoning_gym_reward("<answer>0 0\n0 0</answer>", entry) < 0.5  # partial credit at most
+        assert p.stats.timeouts == 0
+
+
 def test_trl_reasoning_gym_reward(pool, rg_entries):
     fn = R.make_trl_reasoning_gym_reward(pool)
     completions = [[{"role": "assistant", "content": f"<answer>{e['answer']}</answer>"}] for e in rg_entries]

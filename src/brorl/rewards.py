@@ -408,16 +408,20 @@ def _false_equation(expr) -> bool:
     return any(not verify(numbers[0], side, timeout_seconds=None) for side in numbers[1:])
 
 
-def _task_reasoning_gym(answer: str, entry: dict) -> float:
-    """Score with the entry's own Reasoning Gym dataset scorer (one cached instance per dataset)."""
+def _prepare_reasoning_gym(answer: str, entry: dict) -> None:
+    """Build the entry's Reasoning Gym scorer once per worker, outside the task's deadline: a scorer is its
+    dataset's instance, and some load data first (``arc_agi``: about 1.3 s on a quiet machine, many times
+    that on a busy one -- too slow to share a 3 s deadline with the scoring)."""
     name = entry["metadata"]["source_dataset"]
-    scorer = _RG_SCORERS.get(name)
-    if scorer is None:
+    if name not in _RG_SCORERS:
         import reasoning_gym
 
-        scorer = reasoning_gym.get_score_answer_fn(name)
-        _RG_SCORERS[name] = scorer
-    return scorer(answer, entry)
+        _RG_SCORERS[name] = reasoning_gym.get_score_answer_fn(name)
+
+
+def _task_reasoning_gym(answer: str, entry: dict) -> float:
+    """Score with the entry's own Reasoning Gym dataset scorer (built by :func:`_prepare_reasoning_gym`)."""
+    return _RG_SCORERS[entry["metadata"]["source_dataset"]](answer, entry)
 
 
 # The production task table.  Tests run their own tasks (a hang, a slow answer, a crash) by passing a
@@ -427,6 +431,9 @@ _TASKS: dict[str, Callable[..., Any]] = {
     "math": _task_math,
     "reasoning_gym": _task_reasoning_gym,
 }
+# One-time set-up a task needs in its worker (same arguments), run before its deadline starts: the worker
+# says "started" when done, and the parent allows ``startup_timeout`` until then.
+_PREPARE: dict[str, Callable[..., None]] = {"reasoning_gym": _prepare_reasoning_gym}
 _TASK_DOMAIN = {"math": "math", "reasoning_gym": "reasoning_gym"}
 
 
@@ -499,6 +506,13 @@ def _worker_main(conn, domains: Sequence[str], memory_limit_mb: int | None) -> N
             continue
         _, task_id, kind, args, soft_timeout = message
         status = "ok"
+        if isinstance(kind, str) and kind in _PREPARE:
+            try:
+                _PREPARE[kind](*args)
+            except BaseException:
+                pass  # the task itself fails and scores 0.0
+            if not reply(("started", task_id)):
+                return
         try:
             task = kind if callable(kind) else _TASKS[kind]
             if soft_timeout and soft_timeout > 0:
@@ -1162,6 +1176,8 @@ class RewardPool:
             worker.job = job
             worker.task_id = self._next_task_id
             worker.deadline = now + job.timeout
+            if isinstance(job.kind, str) and job.kind in _PREPARE:  # until the worker says "started"
+                worker.deadline += self.startup_timeout
             self._next_task_id += 1
 
     def _receive(self, worker: _Worker) -> bool:
@@ -1199,6 +1215,8 @@ class RewardPool:
             if problem and problem not in self._reported:
                 self._reported.add(problem)
                 logger.error("reward worker %s is degraded (its tasks will score 0.0): %s", message[1], problem)
+        elif op == "started" and worker.state == _BUSY and message[1] == worker.task_id:
+            worker.deadline = time.monotonic() + worker.job.timeout  # set-up done: the task's clock starts
         elif op == "result" and worker.state == _BUSY:
             job = worker.job
             worker.state = _READY
