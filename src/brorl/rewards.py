@@ -1001,11 +1001,10 @@ class RewardPool:
         soft = timeout * self.soft_timeout_fraction if self.soft_timeout_fraction > 0 else 0.0
         jobs = [_Job(kind, tuple(args), timeout, soft) for kind, args in tasks]
         self._check_fork()
+        domains = {_TASK_DOMAIN.get(job.kind) for job in jobs if isinstance(job.kind, str)} - {None}
         with self._cond:
-            for job in jobs:
-                domain = _TASK_DOMAIN.get(job.kind) if isinstance(job.kind, str) else None
-                if domain:
-                    self._domains.add(domain)
+            if not domains <= self._domains:  # a new set, never one the driver may be iterating over
+                self._domains = self._domains | domains
             self._pending.extend(jobs)
         self._wake()
         return jobs
