@@ -1437,9 +1437,13 @@ def math_reward(completion: Any, gold: Any, *, pool: RewardPool | None = None) -
 
     The answer is the content of the last complete ``\\boxed{...}``; without one, the text after the last
     "answer is" / "answer:", else the last number.  It is compared with ``verify(gold, answer)`` (gold
-    first -- math-verify is asymmetric).  ``completion`` may be a string or a list of chat messages;
-    ``gold`` is the bare answer as in DeepScaleR ("\\frac{1}{2}", "0.5", "2\\sqrt{3}"), with or without
-    ``$...$`` / ``\\boxed{}``.  Never raises, never hangs: garbage and timeouts give 0.0.
+    first -- math-verify is asymmetric).  ``completion`` may be a string or a list of chat messages (only
+    the assistant's turns count); ``gold`` is the bare answer as in DeepScaleR ("\\frac{1}{2}", "0.5",
+    "2\\sqrt{3}"), with or without ``$...$`` / ``\\boxed{}``.  Only the text after the last ``</think>`` is
+    searched.  Decisions beyond math-verify (see ``tests/test_rewards.py``): a hedged answer ("or", "maybe",
+    "?"), a false numeric equation chain (``143 = 142``, also with arrows) and an answer with hidden
+    characters (NUL, zero-width, bidi) score 0.0; a percent sign is dropped (``50\\%`` is ``50``).  Never
+    raises, never hangs: garbage and timeouts give 0.0.
     """
     return (pool or get_default_pool()).math_reward(completion, gold)
 
