@@ -19,13 +19,14 @@ onstart:
     shell("brorl init-tracking --tracking {TRACKING:q}")
 
 
-def eval_data(wildcards):
-    """The evaluate rule's data: a paper benchmark's JSONL, or the tiny tasks (BENCH_FILES: evaluation.smk)."""
-    return [BENCH_FILES[wildcards.benchmark]] if wildcards.benchmark in BENCH_FILES else TASK_FILES
+def eval_data(benchmark):
+    """A benchmark's data for the evaluate rule: a paper benchmark's JSONL, or the tiny tasks (BENCH_FILES:
+    evaluation.smk)."""
+    return [BENCH_FILES[benchmark]] if benchmark in BENCH_FILES else TASK_FILES
 
 
-def eval_data_dir(wildcards):
-    return "results/data/benchmarks" if wildcards.benchmark in BENCH_FILES else "results/data"
+def eval_data_dir(benchmark):
+    return "results/data/benchmarks" if benchmark in BENCH_FILES else "results/data"
 
 
 # The N-scaling study (study.smk): where an arm starts and which prompt pool it reads.
