@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench clean
+.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench critical-path clean
 
 setup: $(VENV)/.installed
 
@@ -43,6 +43,9 @@ mlflow-ui: setup           ## browse the runs at http://127.0.0.1:5000
 
 bench: setup
 	$(BIN)/python benchmarks/bench_simulation.py
+
+critical-path: setup       ## the last run's wall time, critical path and time per rule (logs/benchmarks)
+	$(BIN)/python benchmarks/critical_path.py $(if $(filter-out config/config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
 clean:                     ## remove pipeline outputs and the local MLflow store (not the DVC remote)
 	rm -rf results resources/models/sft resources/models/*.dvc .snakemake logs mlflow.db mlartifacts report.html

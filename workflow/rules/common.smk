@@ -29,6 +29,17 @@ def eval_data_dir(benchmark):
     return "results/data/benchmarks" if benchmark in BENCH_FILES else "results/data"
 
 
+def eval_benchmarks(wildcards):
+    """The benchmarks of one evaluate job: all of them (one job per model) or its own (EVAL_PER_MODEL)."""
+    return EVAL_BENCHMARKS if EVAL_PER_MODEL else [wildcards.benchmark]
+
+
+def eval_args(wildcards):
+    """`--benchmark NAME DATA OUT` for each benchmark of one evaluate job."""
+    return " ".join(f"--benchmark {b} {eval_data_dir(b)} results/eval/{wildcards.model}/{b}.json"
+                    for b in eval_benchmarks(wildcards))
+
+
 # The N-scaling study (study.smk): where an arm starts and which prompt pool it reads.
 def study_start(wildcards):
     from brorl.study.plan import arm_spec

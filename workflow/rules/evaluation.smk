@@ -55,16 +55,6 @@ EVAL_PER_MODEL = EVAL and config["evaluation"].get("backend", "hf") == "hf"
 EVAL_JOB = "{model}" if EVAL_PER_MODEL else "{model}/{benchmark}"
 
 
-def eval_benchmarks(wildcards):
-    return EVAL_BENCHMARKS if EVAL_PER_MODEL else [wildcards.benchmark]
-
-
-def eval_args(wildcards):
-    """`--benchmark NAME DATA OUT` for each benchmark of the job."""
-    return " ".join(f"--benchmark {b} {eval_data_dir(b)} results/eval/{wildcards.model}/{b}.json"
-                    for b in eval_benchmarks(wildcards))
-
-
 if EVAL:
 
     rule evaluate:

@@ -60,7 +60,7 @@ if TINY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            ALL_CORES + "brorl sft --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            f"{ALL_CORES}brorl sft --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
             " --tracking {params.tracking:q} --data results/data --out {output} 2>&1 | tee {log}"
 
     rule difficulty:
@@ -91,6 +91,6 @@ if TINY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            ALL_CORES + "brorl difficulty --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            f"{ALL_CORES}brorl difficulty --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
             " --tracking {params.tracking:q} --wildcard model={wildcards.model} --model {input.model} --data results/data"
             " --title {params.title:q} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

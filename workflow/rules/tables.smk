@@ -130,6 +130,6 @@ if THROUGHPUT:
         conda:
             "../envs/brorl.yaml"
         shell:
-            ALL_CORES + "brorl throughput --rule {params.rule_name} --profile {params.profile}"
+            f"{ALL_CORES}brorl throughput --rule {{params.rule_name}} --profile {{params.profile}}"
             " --config {params.cfg:q} --tracking {params.tracking:q} --model resources/models/prorl"
             " --csv {output.csv} --md {output.md} --png {output.png} 2>&1 | tee {log}"

@@ -94,7 +94,7 @@ if PRORL_STAGE:
         conda:
             "../envs/brorl.yaml"
         shell:
-            ALL_CORES + "brorl train-arm --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            f"{ALL_CORES}brorl train-arm --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
             " --tracking {params.tracking:q} --arm prorl --init {input.model} --data results/data"
             " --work resources/work/prorl --model-out {output.model} --results results/train/prorl 2>&1 | tee {log}"
 
