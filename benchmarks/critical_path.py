@@ -6,7 +6,7 @@
 Every rule of the DAG has a ``benchmark:`` file, ``logs/benchmarks/<rule>[/<wildcards>].tsv``, which Snakemake
 writes when the job ends: its ``s`` column is the job's wall time and ``cpu_time`` its CPU seconds, and the
 file's modification time is the job's end (start = end - s). Only the files of the last run count: those
-that started after the newest ``.snakemake/log`` file that is older than them (``--since`` overrides). Which
+that started after that run's ``.snakemake/log`` file was created (``--since`` overrides). Which
 job waits for which comes from Snakemake itself (the Snakefile and config, every job planned as if from
 scratch; an untimed job passes its dependencies on). Printed:
 
@@ -66,24 +66,27 @@ def read_benchmarks(logs: str | Path, since: float | None = None) -> dict[str, T
 
 def last_run_start(workdir: str | Path, logs: str | Path) -> float | None:
     """Start of the run that wrote the newest benchmark file: the newest ``.snakemake/log/*.snakemake.log``
-    (named by its start time) that is older than that file's job start."""
+    (named by its start time, written until its run ends) that began before that file's job and was still
+    written when the job ended (a `--lint` or `-n --report` beside the run is not it)."""
     files = list(Path(logs).rglob("*.tsv"))
     if not files:
         return None
     newest = max(files, key=lambda p: p.stat().st_mtime)
+    last_end = newest.stat().st_mtime
     with open(newest, newline="") as f:
-        last_start = newest.stat().st_mtime - float(list(csv.DictReader(f, delimiter="\t"))[-1]["s"])
+        last_start = last_end - float(list(csv.DictReader(f, delimiter="\t"))[-1]["s"])
     starts = []
     for log in (Path(workdir) / ".snakemake" / "log").glob("*.snakemake.log"):
         name = log.name[: -len(".snakemake.log")]
         for fmt in ("%Y-%m-%dT%H%M%S.%f", "%Y-%m-%dT%H%M%S"):  # isoformat() drops a zero microsecond
             try:
-                starts.append(datetime.datetime.strptime(name, fmt).timestamp())  # local time, as Snakemake wrote it
-                break
+                start = datetime.datetime.strptime(name, fmt).timestamp()  # local time, as Snakemake wrote it
             except ValueError:
-                pass
-    before = [s for s in starts if s <= last_start + 1.0]
-    return max(before) if before else None
+                continue
+            if start <= last_start + 1.0 and log.stat().st_mtime >= last_end - 5.0:
+                starts.append(start)
+            break
+    return max(starts, default=None)
 
 
 def snakemake_dag(workdir: str | Path, configfiles: list[str]) -> dict[str, set[str]]:

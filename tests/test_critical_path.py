@@ -55,9 +55,11 @@ def test_only_the_last_run_counts(tmp_path):
     log_dir.mkdir(parents=True)
     import datetime
 
-    for t in (T0 - 3700, T0 - 1, T0 + 100):  # the earlier run, the last run, a later no-op rerun
-        name = datetime.datetime.fromtimestamp(t).isoformat().replace(":", "")
-        (log_dir / f"{name}.snakemake.log").write_text("")
+    # (start, last write): the earlier run, the last run, a `--lint` during it, a later no-op rerun
+    for start, end in ((T0 - 3700, T0 - 3590), (T0 - 1, T0 + 51), (T0 + 5, T0 + 6), (T0 + 100, T0 + 103)):
+        log = log_dir / (datetime.datetime.fromtimestamp(start).isoformat().replace(":", "") + ".snakemake.log")
+        log.write_text("")
+        os.utime(log, (end, end))
     since = cp.last_run_start(tmp_path, logs)
     assert since == pytest.approx(T0 - 1, abs=1e-3)
     assert set(cp.read_benchmarks(logs, since)) == set(SCHEDULE)
