@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench gpu-wheels clean
+.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels clean
 
 setup: $(VENV)/.installed
 
@@ -45,6 +45,9 @@ mlflow-ui: setup           ## browse the runs at http://127.0.0.1:5000
 
 bench: setup
 	$(BIN)/python benchmarks/bench_simulation.py
+
+critical-path: setup       ## the last run's wall time, critical path and time per rule (logs/benchmarks)
+	$(BIN)/python benchmarks/critical_path.py $(if $(filter-out config/config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
 # Wheels for benchmarks/gpu_check.py on the one-GPU host (Python 3.12, no network): what it lacks, for cp312
 # x86-64, into an ignored folder that travels with the tree (README, "Paper-profile training").

@@ -15,7 +15,7 @@ from brorl.config import (PROJECT_ROOT, SCHEMA_PATH, ConfigError, load_config, m
 # Each profile as Snakemake loads it: a base file and its overlays, in --configfile order.
 PROFILES = ["config/config.yaml", "config/config.yaml config/strong.yaml", "config/paper.yaml",
             "config/paper.yaml config/paper_study.yaml", "tests/configs/ci.yaml"]
-STRONG_FULL_COMMIT = "4d5afa4"  # the last commit with config/strong.yaml as a full copy of config/config.yaml
+STRONG_FULL_COMMIT = "46a57f1"  # the last full copy of config/strong.yaml (branch i21-speed: job-following threads)
 
 
 def tiny():
@@ -459,7 +459,7 @@ def test_an_overlay_states_only_what_differs_from_its_base(base, overlay):
 
 
 def test_strong_overlay_on_the_tiny_profile_equals_the_old_full_strong_yaml():
-    """config/strong.yaml was a full copy of config/config.yaml until this commit's parent (4d5afa4); the overlay
+    """config/strong.yaml was a full copy of config/config.yaml until 46a57f1 (issue 21's threads); the overlay
     on its base must give exactly that config, so the strong setting's jobs and config_hash tags are unchanged."""
     old = subprocess.run(["git", "show", f"{STRONG_FULL_COMMIT}:config/strong.yaml"], cwd=PROJECT_ROOT,
                          capture_output=True, text=True)

@@ -412,34 +412,37 @@ def cmd_train_summary(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    """One model on one benchmark through lm-eval -> results/eval/<model>/<benchmark>.json (+ MLflow run)."""
+    """One model on its benchmarks through lm-eval, in one process (imports and the MLflow store once):
+    results/eval/<model>/<benchmark>.json and one MLflow run per (model, benchmark)."""
     import mlflow
 
     from brorl.evaluation.paper_data import keep_gated_local
     from brorl.evaluation.runner import evaluate
 
     cfg = json.loads(args.config)
-    with _run(args, params={"model_dir": args.model}):
-        out = evaluate(args.model, args.benchmark, args.data, args.out, k=cfg.get("k"),
-                       temperature=cfg.get("temperature"), seed=cfg.get("seed", 1234),
-                       batch_size=cfg.get("batch_size", 256), cache_dir=args.cache,
-                       limit=cfg.get("limit") or None, threads=cfg.get("threads") or None,
-                       backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
-                       device=cfg.get("device", "cpu"), dtype=cfg.get("dtype", "float32"))
-        local = keep_gated_local(args.benchmark, args.out, share_gated=bool(cfg.get("share_gated")))
-        if local is not None:  # gated (GPQA): completions stay local, the result keeps scores and hashes
-            mlflow.set_tag("gated_records_local", str(local))
-        metrics = dict(out["metrics"])
-        for category, values in out.get("categories", {}).items():
-            metrics.update({f"category/{category}/{key}": value for key, value in values.items()})
-        mlflow.log_metrics({**_numeric(metrics), "seconds": float(out["seconds"]), "cached": float(out["cached"])})
-        mlflow.set_tags({"model_hash": out["model_hash"], "task_hash": out["task_hash"]})
-        mlflow.log_artifact(args.out)
-    m, k = out["metrics"], out["k"]
-    top = max((int(key[8:]) for key in m if key.startswith("pass_at_")), default=k)
-    print(f"[evaluate] {args.model} on {args.benchmark}: mean@{k} {m['mean_at_k']:.4f}, pass@{top} "
-          f"{m[f'pass_at_{top}']:.4f} over {int(m['n_problems'])} problems{' (cached)' if out['cached'] else ''}"
-          f" -> {args.out}")
+    for benchmark, data, out_json in args.benchmark:
+        run_args = argparse.Namespace(**{**vars(args), "wildcard": [*args.wildcard, f"benchmark={benchmark}"]})
+        with _run(run_args, params={"model_dir": args.model}):
+            out = evaluate(args.model, benchmark, data, out_json, k=cfg.get("k"),
+                           temperature=cfg.get("temperature"), seed=cfg.get("seed", 1234),
+                           batch_size=cfg.get("batch_size", 256), cache_dir=args.cache,
+                           limit=cfg.get("limit") or None, threads=cfg.get("threads") or None,
+                           backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
+                           device=cfg.get("device", "cpu"), dtype=cfg.get("dtype", "float32"))
+            local = keep_gated_local(benchmark, out_json, share_gated=bool(cfg.get("share_gated")))
+            if local is not None:  # gated (GPQA): completions stay local, the result keeps scores and hashes
+                mlflow.set_tag("gated_records_local", str(local))
+            metrics = dict(out["metrics"])
+            for category, values in out.get("categories", {}).items():
+                metrics.update({f"category/{category}/{key}": value for key, value in values.items()})
+            mlflow.log_metrics({**_numeric(metrics), "seconds": float(out["seconds"]), "cached": float(out["cached"])})
+            mlflow.set_tags({"model_hash": out["model_hash"], "task_hash": out["task_hash"]})
+            mlflow.log_artifact(out_json)
+        m, k = out["metrics"], out["k"]
+        top = max((int(key[8:]) for key in m if key.startswith("pass_at_")), default=k)
+        print(f"[evaluate] {args.model} on {benchmark}: mean@{k} {m['mean_at_k']:.4f}, pass@{top} "
+              f"{m[f'pass_at_{top}']:.4f} over {int(m['n_problems'])} problems{' (cached)' if out['cached'] else ''}"
+              f" -> {out_json}")
     return 0
 
 
@@ -692,12 +695,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png", required=True)
     p.set_defaults(func=cmd_train_summary)
 
-    p = sub.add_parser("evaluate", help="one model on one benchmark through lm-eval (cached by content hash)")
+    p = sub.add_parser("evaluate", help="one model on its benchmarks through lm-eval (cached by content hash)")
     _rule_args(p)
     p.add_argument("--model", required=True, help="HF model folder")
-    p.add_argument("--benchmark", required=True, help="registered benchmark (brorl.evaluation.benchmarks)")
-    p.add_argument("--data", required=True, help="the benchmark's data folder")
-    p.add_argument("--out", required=True, help="results/eval/<model>/<benchmark>.json")
+    p.add_argument("--benchmark", required=True, action="append", nargs=3, metavar=("NAME", "DATA", "OUT"),
+                   help="a registered benchmark (brorl.evaluation.benchmarks), its data folder and its result "
+                        "JSON (results/eval/<model>/<benchmark>.json); repeat for several, one MLflow run each")
     p.add_argument("--cache", default=None, help="result cache folder (keyed by model and task hashes)")
     p.set_defaults(func=cmd_evaluate)
 

@@ -17,6 +17,7 @@ import os
 import subprocess
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -33,7 +34,13 @@ def config_hash(section: Any) -> str:
 
 
 def git_commit(cwd: str | Path = ".") -> str:
-    """HEAD's commit, with a ``-dirty`` suffix when tracked files differ from it; ``unknown`` outside git."""
+    """HEAD's commit, with a ``-dirty`` suffix when tracked files differ from it; ``unknown`` outside git.
+    Read once per folder and process (a job that opens several runs asks git once)."""
+    return _git_commit(os.path.abspath(cwd))
+
+
+@lru_cache(maxsize=None)
+def _git_commit(cwd: str) -> str:
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
                                 check=True, timeout=10).stdout.strip()
@@ -66,15 +73,29 @@ def _tracking(tracking: dict | None) -> dict:
     return merged
 
 
+_EXPERIMENTS: dict[tuple[str, str, str], str] = {}
+"""(working folder, store URI, experiment name) -> experiment id, looked up once per process."""
+
+
 def init_store(tracking: dict | None = None) -> str:
     """Create the store (runs sqlite migrations) and the experiment; returns the experiment id.
 
-    Called once from the Snakefile's ``onstart`` so that parallel jobs never race to create the database.
+    Called once from the Snakefile's ``onstart`` so that parallel jobs never race to create the database; a job
+    that opens several runs (evaluate: one per benchmark) opens the store once.
     """
     import mlflow
 
     cfg = _tracking(tracking)
     mlflow.set_tracking_uri(cfg["uri"])
+    key = (os.getcwd(), cfg["uri"], cfg["experiment"])  # a relative sqlite URI names another store elsewhere
+    if key not in _EXPERIMENTS:
+        _EXPERIMENTS[key] = _create_experiment(cfg)
+    return _EXPERIMENTS[key]
+
+
+def _create_experiment(cfg: dict) -> str:
+    import mlflow
+
     client = mlflow.MlflowClient()
     for attempt in range(5):
         exp = client.get_experiment_by_name(cfg["experiment"])

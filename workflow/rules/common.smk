@@ -29,13 +29,25 @@ onstart:
     shell("brorl init-tracking --tracking {TRACKING:q}")
 
 
-def eval_data(wildcards):
-    """The evaluate rule's data: a paper benchmark's JSONL, or the tiny tasks (BENCH_FILES: evaluation.smk)."""
-    return [BENCH_FILES[wildcards.benchmark]] if wildcards.benchmark in BENCH_FILES else TASK_FILES
+def eval_data(benchmark):
+    """A benchmark's data for the evaluate rule: a paper benchmark's JSONL, or the tiny tasks (BENCH_FILES:
+    evaluation.smk)."""
+    return [BENCH_FILES[benchmark]] if benchmark in BENCH_FILES else TASK_FILES
 
 
-def eval_data_dir(wildcards):
-    return str(Path(BENCH_FILES[wildcards.benchmark]).parent.parent) if wildcards.benchmark in BENCH_FILES else "results/data"
+def eval_data_dir(benchmark):
+    return str(Path(BENCH_FILES[benchmark]).parent.parent) if benchmark in BENCH_FILES else "results/data"
+
+
+def eval_benchmarks(wildcards):
+    """The benchmarks of one evaluate job: all of them (one job per model) or its own (EVAL_PER_MODEL)."""
+    return EVAL_BENCHMARKS if EVAL_PER_MODEL else [wildcards.benchmark]
+
+
+def eval_args(wildcards):
+    """`--benchmark NAME DATA OUT` for each benchmark of one evaluate job."""
+    return " ".join(f"--benchmark {b} {eval_data_dir(b)} results/eval/{wildcards.model}/{b}.json"
+                    for b in eval_benchmarks(wildcards))
 
 
 # The N-scaling study (study.smk): where an arm starts and which prompt pool it reads.

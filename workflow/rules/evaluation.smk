@@ -1,5 +1,7 @@
-# Benchmark evaluation through lm-eval (brorl.evaluation): one job per (model, benchmark) writes
-# results/eval/<model>/<benchmark>.json with per-sample records. Models: the starting checkpoint (`prorl`)
+# Benchmark evaluation through lm-eval (brorl.evaluation): results/eval/<model>/<benchmark>.json with per-sample
+# records and one MLflow run per (model, benchmark). On the CPU (hf backend) one job per model evaluates all its
+# benchmarks in one process, so process start, imports and the MLflow store come once per model (issue 21); with
+# vLLM on GPUs (paper profile) one job per (model, benchmark), so a cluster runs them side by side. Models: the starting checkpoint (`prorl`)
 # and every arm's final checkpoint per seed (`<arm>-seed<s>`). Results are cached in resources/eval-cache by
 # the checkpoint's content hash and the task config, so a changed model is never served stale scores.
 from brorl.evaluation.paper_data import benchmark_data_root, benchmark_spec, check_gated_access
@@ -65,6 +67,8 @@ if PAPER_BENCH:
             profile=PROFILE,
         log:
             "logs/{bench_root}/{benchmark}.log",  # logs/results/data/benchmarks/<name>.log (or .../gated/...)
+        benchmark:
+            "logs/benchmarks/benchmark_data/{bench_root}/{benchmark}.tsv"
         threads: 1
         conda:
             "../envs/brorl.yaml"
@@ -73,33 +77,38 @@ if PAPER_BENCH:
             " --tracking {params.tracking:q} --wildcard benchmark={wildcards.benchmark} --name {wildcards.benchmark}"
             " --dest {output} 2>&1 | tee {log}"
 
+EVAL_PER_MODEL = EVAL and config["evaluation"].get("backend", "hf") == "hf"
+EVAL_JOB = "{model}" if EVAL_PER_MODEL else "{model}/{benchmark}"
+
+
 if EVAL:
 
     rule evaluate:
         input:
             model=lambda wildcards: EVAL_MODEL_INPUT[wildcards.model],
-            data=eval_data,
+            data=lambda wildcards: sorted({f for b in eval_benchmarks(wildcards) for f in eval_data(b)}),
         output:
-            "results/eval/{model}/{benchmark}.json",
+            [f"results/eval/{{model}}/{b}.json" for b in EVAL_BENCHMARKS] if EVAL_PER_MODEL
+            else "results/eval/{model}/{benchmark}.json",
         wildcard_constraints:
             model="|".join(EVAL_MODELS) if EVAL_MODELS else "none",
             benchmark="|".join(EVAL_BENCHMARKS),
         params:
             rule_name="evaluate",
             cfg=as_json({k: v for k, v in config["evaluation"].items() if k not in ("benchmarks", "models", "revisions")}),
-            data=eval_data_dir,
+            benchmarks=eval_args,
             model_dir=lambda wildcards: EVAL_MODELS[wildcards.model],
             tracking=TRACKING,
             profile=PROFILE,
         log:
-            "logs/eval/{model}/{benchmark}.log",
+            f"logs/eval/{EVAL_JOB}.log",
         benchmark:
-            "logs/benchmarks/evaluate/{model}/{benchmark}.tsv"
+            f"logs/benchmarks/evaluate/{EVAL_JOB}.tsv"
         threads: 1
+        priority: 2
         conda:
             "../envs/brorl.yaml"
         shell:
             "OMP_NUM_THREADS={threads} brorl evaluate --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --wildcard model={wildcards.model} --wildcard benchmark={wildcards.benchmark}"
-            " --model {params.model_dir} --benchmark {wildcards.benchmark} --data {params.data} --out {output}"
-            " --cache resources/eval-cache 2>&1 | tee {log}"
+            " --tracking {params.tracking:q} --wildcard model={wildcards.model} --model {params.model_dir}"
+            " {params.benchmarks} --cache resources/eval-cache 2>&1 | tee {log}"

@@ -56,6 +56,8 @@ if FETCH:
             profile=PROFILE,
         log:
             "logs/fetch/{name}.log",
+        benchmark:
+            "logs/benchmarks/fetch_checkpoint/{name}.tsv"
         conda:
             "../envs/brorl.yaml"
         shell:
@@ -79,6 +81,8 @@ rule paper_data_blend:
         profile=PROFILE,
     log:
         "logs/data/paper_data_blend.log",
+    benchmark:
+        "logs/benchmarks/paper_data_blend.tsv"
     conda:
         "../envs/brorl.yaml"
     shell:

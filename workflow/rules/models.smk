@@ -1,5 +1,14 @@
 # Tiny profile: the task suite, the tiny model's supervised warm start, and its difficulty profile.
 # (The paper profile starts from the fetched checkpoint instead: workflow/rules/fetch.smk.)
+# Threads and priorities (issue 21): a job that takes all cores (`threads: workflow.cores`; torch follows
+# OMP_NUM_THREADS when the config's `threads` is 0) runs alone, and Snakemake starts the highest-priority jobs
+# that fit the free cores (it never holds a core back). So the critical path (tasks -> SFT -> ProRL stage: 100)
+# and then the other all-core jobs (difficulty, throughput: 50) come first, each alone, before the one-thread
+# jobs fill every core: theory (3), evaluations (2), arms (1). The one-thread priorities stay small so that no
+# set of them outweighs an all-core job (up to 16 cores). The thread count does not change the numbers
+# (README, "Time"). ALL_CORES: the environment of an all-core job: torch's threads, and OpenMP threads that
+# sleep rather than spin while they wait (on a busy shared machine, spinning made 2-thread jobs 5-15x slower).
+ALL_CORES = "OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
 TINY = "sft" in config
 TASK_FILES = (
     [f"results/data/{task}/{split}.jsonl" for task in config["tasks"]["tasks"]
@@ -22,7 +31,10 @@ if TINY:
             profile=PROFILE,
         log:
             "logs/data/tiny_tasks.log",
-        threads: 1
+        benchmark:
+            "logs/benchmarks/tiny_tasks.tsv"
+        threads: workflow.cores  # a few seconds; it keeps the theory jobs from taking a core the SFT waits for
+        priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
@@ -43,11 +55,12 @@ if TINY:
             "logs/models/sft.log",
         benchmark:
             "logs/benchmarks/sft.tsv"
-        threads: 2
+        threads: workflow.cores
+        priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl sft --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            f"{ALL_CORES}brorl sft --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
             " --tracking {params.tracking:q} --data results/data --out {output} 2>&1 | tee {log}"
 
     rule difficulty:
@@ -73,10 +86,11 @@ if TINY:
             "logs/data/difficulty_{model}.log",
         benchmark:
             "logs/benchmarks/difficulty_{model}.tsv"
-        threads: 2
+        threads: workflow.cores
+        priority: 50
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl difficulty --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            f"{ALL_CORES}brorl difficulty --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
             " --tracking {params.tracking:q} --wildcard model={wildcards.model} --model {input.model} --data results/data"
             " --title {params.title:q} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

@@ -44,6 +44,8 @@ if TABLES_ON:
                 profile=PROFILE,
             log:
                 f"logs/tables/{_name}.log",
+            benchmark:
+                f"logs/benchmarks/paper_{_name}.tsv"
             threads: 1
             conda:
                 "../envs/brorl.yaml"
@@ -71,6 +73,8 @@ if TABLES_ON:
                 profile=PROFILE,
             log:
                 f"logs/tables/{_name}.log",
+            benchmark:
+                f"logs/benchmarks/paper_{_name}.tsv"
             threads: 1
             conda:
                 "../envs/brorl.yaml"
@@ -90,6 +94,8 @@ if TABLES_ON:
             profile=PROFILE,
         log:
             "logs/tables/figure3.log",
+        benchmark:
+            "logs/benchmarks/paper_figure3.tsv"
         threads: 1
         conda:
             "../envs/brorl.yaml"
@@ -117,10 +123,13 @@ if THROUGHPUT:
             profile=PROFILE,
         log:
             "logs/tables/throughput.log",
-        threads: workflow.cores
+        benchmark:
+            "logs/benchmarks/throughput_study.tsv"
+        threads: workflow.cores  # alone, right after the ProRL stage (threads: workflow/rules/models.smk)
+        priority: 50
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl throughput --rule {params.rule_name} --profile {params.profile}"
+            f"{ALL_CORES}brorl throughput --rule {{params.rule_name}} --profile {{params.profile}}"
             " --config {params.cfg:q} --tracking {params.tracking:q} --model resources/models/prorl"
             " --csv {output.csv} --md {output.md} --png {output.png} 2>&1 | tee {log}"

@@ -1,4 +1,5 @@
-# BroRL Section 2 / 4.1: the token-level simulation behind Figure 3, and an extended sweep of N.
+# BroRL Section 2 / 4.1: the token-level simulation behind Figure 3, and an extended sweep of N. One thread each:
+# they fill the second core beside the training jobs (priority above the arms, so they never end the DAG).
 
 THEORY_OUTPUTS = [
     "results/theory/simulation.csv",
@@ -24,6 +25,7 @@ rule theory_simulation:
     benchmark:
         "logs/benchmarks/theory_simulation.tsv"
     threads: 1
+    priority: 3
     conda:
         "../envs/brorl.yaml"
     shell:
@@ -58,7 +60,10 @@ rule theory_figure3:
         profile=PROFILE,
     log:
         "logs/theory/figure3.log",
+    benchmark:
+        "logs/benchmarks/theory_figure3.tsv"
     threads: 1
+    priority: 3
     conda:
         "../envs/brorl.yaml"
     shell:
@@ -95,6 +100,7 @@ rule theory_extended_sweep:
     benchmark:
         "logs/benchmarks/theory_extended_sweep.tsv"
     threads: 1
+    priority: 3
     conda:
         "../envs/brorl.yaml"
     shell:

@@ -28,6 +28,8 @@ rule dvc_track:
         push="--push" if config["dvc"]["push"] else "",
     log:
         "logs/dvc_track.log",
+    benchmark:
+        "logs/benchmarks/dvc_track.tsv"
     conda:
         "../envs/brorl.yaml"
     shell:

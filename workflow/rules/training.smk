@@ -65,6 +65,8 @@ if PAPER_TRAIN_DATA:
             profile=PROFILE,
         log:
             "logs/data/train_data.log",
+        benchmark:
+            "logs/benchmarks/train_data.tsv"
         threads: 1
         conda:
             "../envs/brorl.yaml"
@@ -91,11 +93,12 @@ if PRORL_STAGE:
             "logs/train/prorl.log",
         benchmark:
             "logs/benchmarks/prorl_stage.tsv"
-        threads: 1
+        threads: workflow.cores  # on the critical path, alone (threads: workflow/rules/models.smk)
+        priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl train-arm --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
+            f"{ALL_CORES}brorl train-arm --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
             " --tracking {params.tracking:q} --arm prorl --init {input.model} --data results/data"
             " --work resources/work/prorl --model-out {output.model} --results results/train/prorl 2>&1 | tee {log}"
 
@@ -123,6 +126,7 @@ if TRAIN:
         benchmark:
             "logs/benchmarks/train_arm/{arm}/seed{seed}.tsv"
         threads: 1
+        priority: 1
         conda:
             "../envs/brorl.yaml"
         shell:
@@ -143,6 +147,8 @@ if TRAIN:
             profile=PROFILE,
         log:
             "logs/train/summary.log",
+        benchmark:
+            "logs/benchmarks/train_summary.tsv"
         threads: 1
         conda:
             "../envs/brorl.yaml"
