@@ -646,7 +646,7 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     assert "results/data" in tracked and "results/eval" in tracked
     assert f"output: {target}" in plan.stdout and "results/data/benchmarks/gpqa_diamond" not in plan.stdout
     assert not any(target.startswith(folder + "/") for folder in tracked)
-    assert "--data resources/gated/benchmarks" in plan.stdout  # the evaluate job reads it from there
+    assert "--benchmark gpqa_diamond resources/gated/benchmarks " in plan.stdout  # the evaluate job reads it from there
 
     shared = yaml.safe_load(Path(paper).read_text())
     shared["evaluation"]["share_gated"] = True
@@ -711,7 +711,7 @@ def test_evaluate_logs_and_writes_only_hashes_of_gpqa_completions(tmp_path: Path
         assert cli.main(["evaluate", "--rule", "evaluate", "--profile", "paper", "--config",
                          json.dumps({"k": 2, "share_gated": share}), "--tracking", json.dumps(tracking),
                          "--model", "resources/models/prorl", "--benchmark", "gpqa_diamond",
-                         "--data", "resources/gated/benchmarks", "--out", out]) == 0
+                         "resources/gated/benchmarks", out]) == 0
         assert (secret in Path(out).read_text()) == share
     client = mlflow.MlflowClient(tracking["uri"])
     runs = client.search_runs([client.get_experiment_by_name("gated").experiment_id],
