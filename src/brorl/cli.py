@@ -248,6 +248,32 @@ def cmd_difficulty(args) -> int:
     return 0
 
 
+def cmd_rg_difficulty(args) -> int:
+    """The start model's pass rates on candidate Reasoning Gym tasks and the tasks in BroRL's band
+    (brorl.evaluation.rg_difficulty); the config: tasks, prompts, k, max_new_tokens, temperature, seed, band."""
+    import mlflow
+
+    from brorl.evaluation.rg_difficulty import measure, pick, write_csv
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        t0 = time.perf_counter()
+        rows = measure(args.model, cfg["tasks"], prompts=cfg["prompts"], k=cfg["k"],
+                       max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"], seed=cfg["seed"])
+        seconds = time.perf_counter() - t0
+        tasks = pick(rows, *cfg["band"])
+        write_csv(args.csv, rows)
+        write_csv(args.tasks_csv, tasks)
+        mlflow.log_metrics({"seconds": seconds, "tasks_picked": sum(t["picked"] for t in tasks),
+                            **{f"pass_rate.{t['task']}": t["mean_pass_rate"] for t in tasks}})
+        mlflow.log_artifact(args.csv)
+        mlflow.log_artifact(args.tasks_csv)
+    for t in tasks:
+        print(f"[difficulty] {t['task']}: mean pass rate {t['mean_pass_rate']:.3f}, mixed prompts "
+              f"{t['mixed_share']:.2f}, truncated {t['truncated_share']:.2f} -> {'picked' if t['picked'] else '-'}")
+    return 0
+
+
 def cmd_train_arm(args) -> int:
     """One training arm and seed (or the ProRL stage, ``--arm prorl``): resumable stages -> HF folder + metrics."""
     from brorl.training.arms import plan, prorl_settings
@@ -617,6 +643,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png", required=True)
     p.add_argument("--title", default="checkpoint")
     p.set_defaults(func=cmd_difficulty)
+
+    p = sub.add_parser("rg-difficulty", help="pass rates of a model on Reasoning Gym tasks; the tasks in the band")
+    _rule_args(p)
+    p.add_argument("--model", required=True)
+    p.add_argument("--csv", required=True, help="one row per problem")
+    p.add_argument("--tasks-csv", required=True, help="one row per task, with the pick")
+    p.set_defaults(func=cmd_rg_difficulty)
 
     p = sub.add_parser("train-arm", help="an RL arm (or the ProRL stage) from a checkpoint; resumable")
     _rule_args(p)
