@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from brorl.fetch import (
     FetchError,
     HfHubClient,
     OfflineError,
+    PinError,
     VerificationError,
     fetch_blend_entry,
     fetch_dataset,
@@ -264,15 +266,119 @@ def test_bad_stand_in_layout(tmp_path: Path, dest: Path) -> None:
         fetch_model(REPO, "main", dest, source=tmp_path / "nowhere")
 
 
-def test_paper_models(hub: Path, tmp_path: Path) -> None:
-    assert fetch.PAPER_MODELS["prorl"]["revision"] == "main"
-    assert fetch.PAPER_MODELS["brorl-released"]["revision"] == "brorl"
+def test_paper_models(tmp_path: Path) -> None:
+    """The paper's checkpoints are pinned: the stand-in must hold the pinned commits; a moved branch is refused
+    naming both commits; v1 (only a prefix of its commit is known) is refused unless unpinned fetches are allowed."""
+    models = fetch.PAPER_MODELS
+    assert (models["prorl"]["revision"], models["prorl"]["commit"]) == (
+        "main", "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0")
+    assert (models["brorl-released"]["revision"], models["brorl-released"]["commit"]) == (
+        "brorl", "3441fcdf8c6e81a2959e6352ff50122e3c677d72")
+    hub = tmp_path / "hub"
+    write_local_snapshot(hub, REPO, "main", models["prorl"]["commit"], model_files(0))
+    write_local_snapshot(hub, REPO, "brorl", models["brorl-released"]["commit"], model_files(1))
+    write_local_snapshot(hub, REPO, "v1", "b8904889" + "0" * 32, model_files(2))
     root = tmp_path / "project"
     a = fetch_paper_model("prorl", root=root, source=hub)
     b = fetch_paper_model("brorl-released", root=root, source=hub)
-    assert (a["commit"], b["commit"]) == (COMMIT_MAIN, COMMIT_BRORL)
-    models = root / "resources" / "models"
-    assert_no_leftovers(models, "prorl", "prorl.manifest.json", "brorl-released", "brorl-released.manifest.json")
+    assert (a["commit"], b["commit"]) == (models["prorl"]["commit"], models["brorl-released"]["commit"])
+    with pytest.raises(PinError, match="not pinned to a commit: prorl-v1 \\(v1\\)"):
+        fetch_paper_model("prorl-v1", root=root, source=hub)
+    assert fetch_paper_model("prorl-v1", root=root, source=hub, allow_unpinned=True)["commit"].startswith("b8904889")
+    folder = root / "resources" / "models"
+    assert_no_leftovers(folder, "prorl", "prorl.manifest.json", "brorl-released", "brorl-released.manifest.json",
+                        "prorl-v1", "prorl-v1.manifest.json")
+    # main moves (v2 -> v3): the pinned fetch is refused before any download, naming both commits
+    write_local_snapshot(hub, REPO, "main", COMMIT_NEW, model_files(3))
+    shutil.rmtree(folder / "prorl")
+    (folder / "prorl.manifest.json").unlink()
+    with pytest.raises(PinError) as err:
+        fetch_paper_model("prorl", root=root, source=hub)
+    assert models["prorl"]["commit"] in str(err.value) and COMMIT_NEW in str(err.value)
+    assert not (folder / "prorl").exists()
+
+
+def test_pinned_commit_rules(hub: Path, dest: Path) -> None:
+    assert fetch.pinned_commit("main") is None and fetch.pinned_commit(COMMIT_MAIN) == COMMIT_MAIN
+    assert fetch.pinned_commit("main", COMMIT_MAIN) == COMMIT_MAIN
+    with pytest.raises(PinError, match="not a full 40-hex"):
+        fetch.pinned_commit("v1", "b8904889")
+    with pytest.raises(PinError, match="disagree"):
+        fetch.pinned_commit(COMMIT_MAIN, COMMIT_BRORL)
+    sources = {"aime24": ("main", None), "aime25": (COMMIT_MAIN, None), "prorl": ("main", COMMIT_MAIN)}
+    with pytest.raises(PinError, match=r"not pinned to a commit: aime24 \(main\)\. Set it"):
+        fetch.unpinned(sources, allow=False, how="Set it")
+    assert fetch.unpinned(sources, allow=True, how="") == ["aime24"]
+    # a manifest of another commit is not accepted for a pinned request: the pin is checked against the source
+    fetch_model(REPO, "main", dest, source=hub)
+    with pytest.raises(PinError, match=f"resolves to commit {COMMIT_MAIN}.*pinned commit is {COMMIT_BRORL}"):
+        fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_BRORL)
+    assert fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_MAIN)["status"] == "verified"
+
+
+# ------------------------------------------------------------------ leftovers and strict verification --
+
+
+def test_rerun_after_a_killed_fetch_removes_its_leftovers(hub: Path, dest: Path) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    parent = dest.parent
+    # what a SIGKILL leaves: a full download, the previous copy set aside, a half-written manifest
+    (parent / ".prorl.tmp-k1ll3d").mkdir()
+    (parent / ".prorl.tmp-k1ll3d" / "model.safetensors").write_bytes(b"x" * 1000)
+    (parent / ".prorl.old-0ld0ld" / "prorl").mkdir(parents=True)
+    (parent / ".prorl.old-0ld0ld" / "prorl" / "config.json").write_text("{}")
+    (parent / ".prorl.manifest.json.tmp-half").write_text('{"format"')
+    (parent / ".other.tmp-keep").mkdir()  # another folder's: not ours to remove
+    assert fetch_model(REPO, "main", dest, source=hub)["status"] == "verified"
+    assert_no_leftovers(parent, "prorl", "prorl.manifest.json", ".other.tmp-keep")
+    # also before a download (the folder itself was lost with the kill)
+    shutil.rmtree(dest)
+    (parent / ".prorl.tmp-again").mkdir()
+    assert fetch_model(REPO, "main", dest, source=hub)["status"] == "restored"
+    assert_no_leftovers(parent, "prorl", "prorl.manifest.json", ".other.tmp-keep")
+
+
+@pytest.mark.parametrize("damage", ["empty_dir", "symlink_to_identical_copy", "symlinked_dir"])
+def test_verification_refuses_links_and_unexpected_entries(hub: Path, dest: Path, tmp_path: Path,
+                                                           damage: str) -> None:
+    fetch_model(REPO, "main", dest, source=hub)
+    if damage == "empty_dir":
+        (dest / "subdir" / "empty").mkdir()
+        shown, kind = dest / "subdir" / "empty", "unexpected"
+    elif damage == "symlink_to_identical_copy":
+        copy = tmp_path / "elsewhere" / "model.safetensors"
+        copy.parent.mkdir()
+        shutil.copyfile(dest / "model.safetensors", copy)  # same bytes, same sha256
+        (dest / "model.safetensors").unlink()
+        (dest / "model.safetensors").symlink_to(copy)
+        shown, kind = dest / "model.safetensors", "symlink"
+    else:
+        outside = tmp_path / "outside"
+        shutil.copytree(dest / "subdir", outside)
+        shutil.rmtree(dest / "subdir")
+        (dest / "subdir").symlink_to(outside, target_is_directory=True)
+        shown, kind = dest / "subdir", "symlink"
+    for check in (lambda: fetch_model(REPO, "main", dest, source=hub), lambda: fetch.verify(dest)):
+        with pytest.raises(VerificationError) as err:
+            check()
+        assert [(p.path, p.kind) for p in err.value.problems] == [(str(shown), kind)], err.value
+    assert str(shown) in str(err.value) and ("symbolic link" in str(err.value)) == (kind == "symlink")
+
+
+def test_a_download_with_a_link_or_an_extra_directory_is_discarded(hub: Path, dest: Path) -> None:
+    class LinkingClient(fetch.LocalFolderClient):
+        def download(self, snapshot, local_dir, **kwargs):
+            super().download(snapshot, local_dir, **kwargs)
+            (Path(local_dir) / "tokenizer.json").unlink()
+            (Path(local_dir) / "tokenizer.json").symlink_to(self.revision_dir(REPO, "main", "model") / "tokenizer.json")
+            (Path(local_dir) / "stray").mkdir()
+
+    with pytest.raises(VerificationError) as err:
+        fetch_model(REPO, "main", dest, source=LinkingClient(hub))
+    assert {(p.path.split(":")[-1], p.kind) for p in err.value.problems} == {("stray", "unexpected"),
+                                                                             ("tokenizer.json", "symlink")}
+    assert not dest.exists()
+    assert_no_leftovers(dest.parent)
 
 
 # -------------------------------------------------------------- the real-hub client, faked offline --
@@ -407,3 +513,212 @@ def test_blend_manifest_loads_with_required_fields(tmp_path: Path) -> None:
     broken.write_text("format: brorl.data_blend/1\nentries:\n  - name: x\n    role: train\n")
     with pytest.raises(ValueError, match="missing"):
         load_data_blend(broken)
+
+
+# ------------------------------------------------------------------- pins and gated data in the pipeline --
+
+
+def _brorl(args: list[str], cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", **(env or {})}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_paper_profile_refuses_unpinned_sources_unless_allowed_and_says_so_in_mlflow(hub: Path, tmp_path: Path):
+    import mlflow
+
+    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "pins",
+                "artifact_root": str(tmp_path / "art")}
+
+    def fetch_cli(cfg: dict, profile: str = "paper"):
+        return _brorl(["brorl", "fetch-model", "--rule", "fetch_checkpoint", "--profile", profile,
+                       "--config", json.dumps({"repo_id": REPO, "source": str(hub), **cfg}),
+                       "--tracking", json.dumps(tracking), "--wildcard", "name=prorl",
+                       "--dest", str(tmp_path / "models/prorl"),
+                       "--manifest", str(tmp_path / "models/prorl.manifest.json")], tmp_path)
+
+    refused = fetch_cli({"revision": "main"})
+    assert refused.returncode != 0 and not (tmp_path / "models/prorl").exists()
+    assert "not pinned to a commit: prorl (main)" in refused.stderr
+    assert "checkpoints.fetch.prorl.commit" in refused.stderr and "checkpoints.allow_unpinned" in refused.stderr
+    moved = fetch_cli({"revision": "main", "commit": COMMIT_BRORL})
+    assert moved.returncode != 0 and COMMIT_MAIN in moved.stderr and COMMIT_BRORL in moved.stderr
+    assert fetch_cli({"revision": "main"}, profile="ci").returncode == 0  # only the paper profile insists
+    (tmp_path / "models/prorl.manifest.json").unlink()
+    shutil.rmtree(tmp_path / "models/prorl")
+    pinned = fetch_cli({"revision": "main", "commit": COMMIT_MAIN})
+    assert pinned.returncode == 0, pinned.stderr[-2000:]
+    allowed = fetch_cli({"revision": "main", "allow_unpinned": True})
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    runs = mlflow.MlflowClient(tracking["uri"]).search_runs(
+        [mlflow.MlflowClient(tracking["uri"]).get_experiment_by_name("pins").experiment_id],
+        order_by=["attributes.start_time ASC"])
+    assert [r.data.tags.get("unpinned_sources") for r in runs if r.info.status == "FINISHED"] == [
+        "prorl", None, "prorl"]  # the ci run, the pinned one, the allowed one (its param says allow_unpinned too)
+    assert runs[-1].data.params["allow_unpinned"] == "True"
+
+
+class GatedHub:
+    """Answers like the hub does for a gated repository without an accepted request: GatedRepoError."""
+
+    def __init__(self):
+        self.downloads = 0
+
+    def repo_info(self, repo_id, *, revision, repo_type, files_metadata):
+        import httpx
+        from huggingface_hub.errors import GatedRepoError
+
+        url = f"https://huggingface.co/api/{repo_type}s/{repo_id}/revision/{revision}"
+        raise GatedRepoError(f"403 Client Error. Cannot access gated repo for url {url}.",
+                             response=httpx.Response(403, request=httpx.Request("GET", url)))
+
+    def snapshot_download(self, **kwargs):
+        self.downloads += 1
+
+
+def _no_token(monkeypatch, tmp_path: Path) -> None:
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    assert fetch.hf_token() is None
+
+
+def test_gpqa_without_a_token_stops_naming_hf_token_and_the_terms(tmp_path: Path, monkeypatch) -> None:
+    from brorl.evaluation import paper_data
+
+    _no_token(monkeypatch, tmp_path)
+    dest = tmp_path / "resources/gated/benchmarks/gpqa_diamond/test.jsonl"
+    # the hub refuses (a client built on a stand-in that answers like a gated repository)
+    gated = GatedHub()
+    client = HfHubClient(api=gated, snapshot_download=gated.snapshot_download)
+    with pytest.raises(fetch.GatedRepoAccessError) as err:
+        paper_data.prepare_benchmark("gpqa_diamond", client, dest)
+    assert "HF_TOKEN" in str(err.value) and "https://huggingface.co/datasets/Idavidrein/gpqa" in str(err.value)
+    assert "Cannot access gated repo" in str(err.value) and gated.downloads == 0
+    # the real hub without a token: refused before any client exists (no network, no download)
+    monkeypatch.setattr(fetch, "HfHubClient", lambda *a, **k: pytest.fail("the hub was contacted"))
+    with pytest.raises(fetch.GatedRepoAccessError, match="HF_TOKEN") as err:
+        paper_data.prepare_benchmark("gpqa_diamond", None, dest)
+    assert "do not reveal examples from the dataset in plain text" in str(err.value)
+    assert not dest.parent.exists()
+    # an ungated benchmark is not held up by the token check
+    paper_data.check_gated_access(paper_data.benchmark_spec("aime24"), None)
+
+
+def _snakemake(args: list[str], workdir: Path, env: dict) -> subprocess.CompletedProcess:
+    from brorl.config import PROJECT_ROOT
+
+    return _brorl(["snakemake", "--snakefile", str(PROJECT_ROOT / "Snakefile"), "--directory", str(workdir), *args],
+                  PROJECT_ROOT, env)
+
+
+def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_path: Path, monkeypatch) -> None:
+    """`snakemake` on the paper profile without HF_TOKEN: GPQA is refused while the DAG is built (nothing runs);
+    a dry run says so. GPQA's data lies outside every DVC-tracked folder unless evaluation.share_gated."""
+    import yaml
+
+    from brorl.config import PROJECT_ROOT
+
+    _no_token(monkeypatch, tmp_path)
+    env = {"HF_TOKEN_PATH": str(tmp_path / "no-token")}
+    paper = str(PROJECT_ROOT / "config/paper.yaml")
+    work = tmp_path / "work"
+    target = "resources/gated/benchmarks/gpqa_diamond/test.jsonl"
+    run = _snakemake(["--cores", "1", "--configfile", paper, "--", target], work, env)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "HF_TOKEN" in out and "do not reveal examples" in out
+    assert "Finished job" not in out and not (work / "logs").exists() and not (work / "resources").exists()
+    # an unpinned source is refused the same way (before any job), naming the key that pins it
+    run = _snakemake(["--cores", "1", "--configfile", paper, "--", "results/data/benchmarks/minerva/test.jsonl"],
+                     work, env)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "not pinned to a commit: minerva (main)" in out
+    assert "evaluation.revisions.minerva" in out and "checkpoints.allow_unpinned" in out
+    assert "Finished job" not in out and not (work / "logs").exists() and not (work / "results").exists()
+
+    plan = _snakemake(["-n", "--configfile", paper], work, env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "WARNING (a real run stops here)" in plan.stderr and "HF_TOKEN" in plan.stderr
+    assert "not pinned to a commit: deepscaler (main)" in plan.stderr  # a dry run only warns
+    assert "not pinned to a commit: aime25" not in plan.stderr and "not pinned to a commit: prorl" not in plan.stderr
+    dvc = next(line for line in plan.stdout.splitlines() if "brorl dvc-track" in line)
+    tracked = dvc.split("brorl dvc-track ")[1].split(" --push")[0].split()
+    assert "results/data" in tracked and "results/eval" in tracked
+    assert f"output: {target}" in plan.stdout and "results/data/benchmarks/gpqa_diamond" not in plan.stdout
+    assert not any(target.startswith(folder + "/") for folder in tracked)
+    assert "--data resources/gated/benchmarks" in plan.stdout  # the evaluate job reads it from there
+
+    shared = yaml.safe_load(Path(paper).read_text())
+    shared["evaluation"]["share_gated"] = True
+    (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
+    plan = _snakemake(["-n", "--configfile", str(tmp_path / "shared.yaml")], work, env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    assert "output: results/data/benchmarks/gpqa_diamond/test.jsonl" in plan.stdout
+    assert "resources/gated" not in plan.stdout
+
+
+def test_gated_evaluation_keeps_completions_local_and_shares_scores_and_hashes(tmp_path: Path) -> None:
+    from brorl.evaluation.paper_data import keep_gated_local
+
+    secret = "A question from the GPQA set, never to be posted"
+    result = {"benchmark": "gpqa_diamond", "metrics": {"mean_at_k": 0.5}, "samples": [
+        {"doc_id": 0, "id": "recA", "category": "Physics", "correct": [1, 0], "completions": [secret, "\\boxed{B}"]}]}
+    out = tmp_path / "results/eval/prorl/gpqa_diamond.json"
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps(result))
+    local = keep_gated_local("gpqa_diamond", out, local_root=tmp_path / "resources/gated")
+    assert local == tmp_path / "resources/gated/eval/prorl/gpqa_diamond.json"
+    assert json.loads(local.read_text()) == result  # the full records stay here, outside results/
+    shared = json.loads(out.read_text())
+    assert secret not in out.read_text() and "completions" not in shared["samples"][0]
+    assert shared["samples"][0]["correct"] == [1, 0] and shared["metrics"] == result["metrics"]
+    assert shared["samples"][0]["completions_sha256"][0] == hashlib.sha256(secret.encode()).hexdigest()
+    assert shared["completions_local"]["path"] == str(local)
+    # not gated, or shared on purpose: left as it is
+    other = tmp_path / "results/eval/prorl/aime24.json"
+    other.write_text(json.dumps(result))
+    assert keep_gated_local("aime24", other) is None and json.loads(other.read_text()) == result
+    out.write_text(json.dumps(result))
+    assert keep_gated_local("gpqa_diamond", out, share_gated=True) is None and secret in out.read_text()
+
+
+def test_evaluate_logs_and_writes_only_hashes_of_gpqa_completions(tmp_path: Path, monkeypatch) -> None:
+    """`brorl evaluate` on GPQA: the result it writes (pushed by DVC) and logs to MLflow holds no completion text;
+    the full records are in resources/gated/. lm-eval itself is stood in for (it needs a model run): the stand-in
+    writes the result the runner writes."""
+    import mlflow
+
+    from brorl import cli
+    from brorl.evaluation import runner
+
+    secret = "The reasoning restates a GPQA question, which must not be posted"
+    result = {"benchmark": "gpqa_diamond", "k": 2, "metrics": {"mean_at_k": 0.5, "pass_at_1": 0.5, "n_problems": 1.0},
+              "categories": {}, "samples": [{"doc_id": 0, "id": "recA", "category": "gpqa_diamond", "correct": [1, 0],
+                                             "completions": [secret, "\\boxed{C}"]}],
+              "model_hash": "m" * 64, "task_hash": "t" * 64, "seconds": 1.0, "cached": False}
+
+    def fake_evaluate(model_dir, benchmark, data_dir, out_json, **kwargs):
+        runner.atomic_write_json(out_json, result)
+        return result
+
+    monkeypatch.setattr(runner, "evaluate", fake_evaluate)
+    monkeypatch.chdir(tmp_path)
+    tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "gated",
+                "artifact_root": str(tmp_path / "art")}
+    out = "results/eval/prorl/gpqa_diamond.json"
+    for share in (False, True):
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        assert cli.main(["evaluate", "--rule", "evaluate", "--profile", "paper", "--config",
+                         json.dumps({"k": 2, "share_gated": share}), "--tracking", json.dumps(tracking),
+                         "--model", "resources/models/prorl", "--benchmark", "gpqa_diamond",
+                         "--data", "resources/gated/benchmarks", "--out", out]) == 0
+        assert (secret in Path(out).read_text()) == share
+    client = mlflow.MlflowClient(tracking["uri"])
+    runs = client.search_runs([client.get_experiment_by_name("gated").experiment_id],
+                              order_by=["attributes.start_time ASC"])
+    kept, shared = runs
+    assert kept.data.tags["gated_records_local"] == "resources/gated/eval/prorl/gpqa_diamond.json"
+    assert "gated_records_local" not in shared.data.tags
+    logged = Path(client.download_artifacts(kept.info.run_id, "gpqa_diamond.json", str(tmp_path / "dl")))
+    assert secret not in logged.read_text() and json.loads(logged.read_text())["metrics"]["mean_at_k"] == 0.5
+    assert secret in (tmp_path / "resources/gated/eval/prorl/gpqa_diamond.json").read_text()

@@ -30,9 +30,13 @@ def paper_ci_config(source) -> dict:
     cfg = yaml.safe_load((PROJECT_ROOT / "config/paper.yaml").read_text())
     cfg.update(yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text()))
     cfg["checkpoints"]["source"] = str(source)
+    # the stand-ins are not at the pinned commits: the start checkpoint's is pinned to the stand-in's, the data is
+    # fetched unpinned (allowed, as a run would say in MLflow)
+    cfg["checkpoints"]["fetch"]["prorl"]["commit"] = COMMIT
+    cfg["checkpoints"]["allow_unpinned"] = True
     rl = cfg["rl"]
     rl["launch"] = {"accelerate_config": "cpu"}
-    rl["data"] = {**rl["data"], **SETTINGS, "validation_per_source": 2}
+    rl["data"] = {**rl["data"], **SETTINGS, "validation_per_source": 2, "revisions": {}}
     rl["recipe"] = {k: v for k, v in rl["recipe"].items() if k not in GPU_ONLY}
     rl["recipe"].update(max_completion_length=8, mini_batches=1, micro_batch_size=16, eta0=1e-3, b0=16,
                         checkpoint_every=1, threads=1)

@@ -37,12 +37,20 @@ def _prime_row(i: int, ability: str, ground_truth: str) -> dict:
             "reward_model": {"style": "rule", "ground_truth": ground_truth}, "extra_info": {"index": i}}
 
 
+# DeepScaleR has rows with an empty gold answer (its discussion #4: 6 samples; upstream math.json has ''), so the
+# stand-in has them too: '' and a blank one among the usable rows, and a null one.
+NO_GOLD = [("Find the value of $x$.", ""), ("Compute the sum.", "  "), ("What is the answer?", None)]
+
+
 def hub(root: Path) -> Path:
+    math = MATH[:2] + NO_GOLD[:2] + MATH[2:] + NO_GOLD[2:]
     write_local_snapshot(root, "agentica-org/DeepScaleR-Preview-Dataset", "main", COMMIT,
                          {"deepscaler.json": json.dumps([{"problem": p, "answer": a, "solution": "..."}
-                                                         for p, a in MATH]).encode(),
+                                                         for p, a in math]).encode(),
                           "README.md": b"stand-in\n"}, repo_type="dataset")
-    rows = [_prime_row(i, "code", json.dumps(SUM_TESTS)) for i in range(4)] + [_prime_row(9, "math", "2")]
+    # a maths row between the code rows: the code rows keep their row numbers in the file (ids train-<row>)
+    rows = ([_prime_row(i, "code", json.dumps(SUM_TESTS)) for i in range(2)] + [_prime_row(9, "math", "2")]
+            + [_prime_row(i, "code", json.dumps(SUM_TESTS)) for i in range(2, 4)])
     write_local_snapshot(root, "PRIME-RL/Eurus-2-RL-Data", "main", COMMIT,
                          {"train.parquet": _parquet(rows), "validation.parquet": b"not fetched"},
                          repo_type="dataset")
@@ -56,8 +64,10 @@ SETTINGS = {"validation_per_source": 1, "reasoning_gym_samples_per_task": 3, "re
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("train-data")
     source = hub(root / "hub")
-    marker = paper_data.prepare_train_data(root / "data", SETTINGS, source=source, cache_dir=root / "cache")
-    return {"root": root, "data": root / "data", "marker": marker, "source": source}
+    said = []
+    marker = paper_data.prepare_train_data(root / "data", SETTINGS, source=source, cache_dir=root / "cache",
+                                           log_fn=said.append)
+    return {"root": root, "data": root / "data", "marker": marker, "source": source, "log": said}
 
 
 def test_splits_in_the_layout_the_stage_reads(prepared):
@@ -68,6 +78,14 @@ def test_splits_in_the_layout_the_stage_reads(prepared):
     # 5 math problems, 4 code rows (the maths row of the code file is not ability=code), 2 RG tasks x 3 items
     assert counts == {"deepscaler": (4, 1), "eurus2_code": (3, 1), "reasoning_gym": (5, 1)}
     assert marker["sources"]["deepscaler"]["commit"] == COMMIT and "scp116k" in marker["left_out"]
+    # the rows without a usable gold answer are skipped and counted per source (train_data.json)
+    assert marker["sources"]["deepscaler"]["skipped"] == {"no_gold": 3, "no_tests": 0}
+    assert marker["sources"]["eurus2_code"]["skipped"] == {"no_gold": 0, "no_tests": 0}
+    assert marker["sources"]["reasoning_gym"]["skipped"] == {}
+    on_disk = json.loads((data / paper_data.MARKER).read_text())
+    assert on_disk["sources"]["deepscaler"]["skipped"]["no_gold"] == 3
+    assert any("deepscaler: 4 train / 1 validation (math reward), 3 rows skipped (no gold)" in m
+               for m in prepared["log"])
     train, validation = read_split(data, "train"), read_split(data, "validation")
     assert len(train) == 12 and len(validation) == 3
     ids = {r["id"] for r in train}
@@ -79,6 +97,9 @@ def test_splits_in_the_layout_the_stage_reads(prepared):
     assert all(r["prompt"].endswith("\\boxed{}.") and r["answer"] for r in math)
     code = [r for r in train if r["task"] == "eurus2_code"]
     assert all(json.loads(r["tests"]) == SUM_TESTS and "```python" in r["prompt"] for r in code)
+    every_code = code + [r for r in validation if r["task"] == "eurus2_code"]
+    assert sorted(r["id"] for r in every_code) == ["train-0", "train-1", "train-3", "train-4"]
+    assert all(r["source"].endswith(f"train.parquet#{r['id'][6:]}") for r in every_code)
     rg = [r for r in train if r["task"] == "reasoning_gym"]
     assert {r["rg_task"] for r in rg} <= set(RG_TASKS) and all(r["entry"] for r in rg)
 
@@ -99,6 +120,42 @@ def test_settings_are_validated():
         paper_data.TrainDataSettings.from_dict({"validation": 3})
     with pytest.raises(ValueError, match="not hub sources"):
         paper_data.TrainDataSettings.from_dict({"revisions": {"reasoning_gym": "abc"}})
+
+
+def test_benchmarks_still_fail_on_an_empty_gold_answer(prepared, tmp_path):
+    """Only training sources skip unusable rows: the same file read as a benchmark stops, naming the row."""
+    from dataclasses import replace
+
+    from brorl.evaluation import paper_data as bench_data
+
+    spec = replace(paper_data.TRAIN_SOURCES["deepscaler"], skip_unusable_gold=False)
+    with pytest.raises(bench_data.BenchmarkDataError, match=r"deepscaler deepscaler\.json#2: empty answer"):
+        bench_data.prepare_benchmark("deepscaler", prepared["source"], tmp_path / "bench" / "test.jsonl", spec=spec)
+
+
+@pytest.mark.parametrize("batch_rows", [1, 2, 4096])
+def test_parquet_rows_are_filtered_in_arrow_by_batch(tmp_path, batch_rows):
+    """Eurus-2's train.parquet (1.7 GB) is filtered in Arrow, batch by batch, reading only the columns the spec
+    names; the rows kept, their row numbers and their values are those of the whole-file read."""
+    from brorl.evaluation import paper_data as bench_data
+
+    rows = [_prime_row(i, ability, json.dumps(SUM_TESTS))
+            for i, ability in enumerate(["code", "math", "Code", "math", "math", "code", None])]
+    path = tmp_path / "train.parquet"
+    path.write_bytes(_parquet(rows))
+    spec = paper_data.TRAIN_SOURCES["eurus2_code"]
+    kept, n, seen = bench_data.select_rows(spec, path, batch_rows=batch_rows)
+    assert n == 7 and [i for i, _ in kept] == [0, 2, 5]
+    whole = [(i, {k: v for k, v in r.items() if k != "extra_info"}) for i, r in enumerate(rows)
+             if i in (0, 2, 5)]
+    assert kept == whole  # same values; extra_info (no spec field) is never read
+    assert set(seen) == {"ability"} and set(seen["ability"]) == {"None", "code", "Code", "math"}
+    other = tmp_path / "other.parquet"
+    other.write_bytes(_parquet([{**r, "ability": "math"} for r in rows]))
+    root = tmp_path / "hub"
+    write_local_snapshot(root, spec.repo_id, "main", COMMIT, {"train.parquet": other.read_bytes()}, repo_type="dataset")
+    with pytest.raises(bench_data.BenchmarkDataError, match=r"no row matches .*'ability': \['math'\]"):
+        bench_data.prepare_benchmark("eurus2_code", root, tmp_path / "out" / "all.jsonl", spec=spec)
 
 
 def _fenced(code: str) -> str:

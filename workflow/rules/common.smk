@@ -35,7 +35,7 @@ def eval_data(wildcards):
 
 
 def eval_data_dir(wildcards):
-    return "results/data/benchmarks" if wildcards.benchmark in BENCH_FILES else "results/data"
+    return str(Path(BENCH_FILES[wildcards.benchmark]).parent.parent) if wildcards.benchmark in BENCH_FILES else "results/data"
 
 
 # The N-scaling study (study.smk): where an arm starts and which prompt pool it reads.

@@ -2,6 +2,8 @@
 # results/eval/<model>/<benchmark>.json with per-sample records. Models: the starting checkpoint (`prorl`)
 # and every arm's final checkpoint per seed (`<arm>-seed<s>`). Results are cached in resources/eval-cache by
 # the checkpoint's content hash and the task config, so a changed model is never served stale scores.
+from brorl.evaluation.paper_data import benchmark_data_root, benchmark_spec, check_gated_access
+
 EVAL = "evaluation" in config
 EVAL_MODELS = {}
 if EVAL:
@@ -17,28 +19,52 @@ EVAL_BENCHMARKS = config["evaluation"]["benchmarks"] if EVAL else []
 EVAL_OUTPUTS = [f"results/eval/{model}/{bench}.json" for model in EVAL_MODELS for bench in EVAL_BENCHMARKS]
 # Paper benchmarks (brorl.evaluation.paper_data): fetched at a pinned revision through brorl.fetch (or, for
 # Reasoning Gym, generated) into results/data/benchmarks/<name>/test.jsonl; the tiny ones read the tiny tasks.
+# A gated benchmark (GPQA) goes to resources/gated/benchmarks/ instead (never DVC-tracked or pushed) unless
+# evaluation.share_gated; fetching it from the hub needs HF_TOKEN, checked while the DAG is built.
 PAPER_BENCH = [b for b in EVAL_BENCHMARKS if not b.startswith("tiny_")]
-BENCH_FILES = {b: f"results/data/benchmarks/{b}/test.jsonl" for b in PAPER_BENCH}
-DATA_OUTPUTS += list(BENCH_FILES.values())
+SHARE_GATED = EVAL and bool(config["evaluation"].get("share_gated"))
+BENCH_FILES = {b: f"{benchmark_data_root(b, SHARE_GATED)}/{b}/test.jsonl" for b in PAPER_BENCH}
+DATA_OUTPUTS += [path for path in BENCH_FILES.values() if path.startswith("results/")]
+
+
+def gated_token_check(wildcards):
+    """No input; stops the DAG (before any job) when a gated benchmark must come from the hub without a token."""
+    spec = benchmark_spec(wildcards.benchmark)
+    if not Path(BENCH_FILES[spec.name]).exists():
+        stop_before_any_job(lambda: check_gated_access(spec, config["checkpoints"].get("source"),
+                                                       Path(BENCH_FILES[spec.name]).parent / "snapshot"))
+    return []
+
+
+def benchmark_revision(wildcards):
+    """{benchmark: (revision, None)} of a hub benchmark (none for a generated one), for the pin check."""
+    spec = benchmark_spec(wildcards.benchmark)
+    revisions = config["evaluation"].get("revisions") or {}
+    return {} if spec.generated else {spec.name: (revisions.get(spec.name) or spec.revision, None)}
 
 
 
 if PAPER_BENCH:
 
     rule benchmark_data:
+        input:
+            gated_token_check,
+            pinned_input(lambda wc: BENCH_FILES[wc.benchmark], benchmark_revision,
+                         lambda wc: f"evaluation.revisions.{wc.benchmark}"),
         output:
-            "results/data/benchmarks/{benchmark}/test.jsonl",
+            "{bench_root}/{benchmark}/test.jsonl",
         wildcard_constraints:
             benchmark="|".join(PAPER_BENCH),
+            bench_root="results/data/benchmarks|resources/gated/benchmarks",
         params:
             rule_name="benchmark_data",
-            cfg=lambda wildcards: as_json({"source": config["checkpoints"].get("source"),
+            cfg=lambda wildcards: as_json({"source": config["checkpoints"].get("source"), **ALLOW_UNPINNED,
                                            "revisions": {k: v for k, v in config["evaluation"].get("revisions", {}).items()
                                                          if k == wildcards.benchmark}}),
             tracking=TRACKING,
             profile=PROFILE,
         log:
-            "logs/data/benchmarks/{benchmark}.log",
+            "logs/{bench_root}/{benchmark}.log",  # logs/results/data/benchmarks/<name>.log (or .../gated/...)
         threads: 1
         conda:
             "../envs/brorl.yaml"

@@ -6,7 +6,7 @@
 # configured seeds. Stage work folders (resumable checkpoints) live in resources/work/ and survive a killed
 # job: rerunning the same `snakemake` command resumes there (profiles: rerun-incomplete).
 from brorl.training.arms import plan, stage_config
-from brorl.training.paper_data import TrainDataSettings
+from brorl.training.paper_data import TrainDataSettings, hub_revisions
 
 TRAIN = "rl" in config
 PRORL_STAGE = TRAIN and "prorl" in config["rl"]  # else: the arms start from rl.start_model (fetched)
@@ -52,11 +52,15 @@ if PAPER_TRAIN_DATA:
     rule train_data:
         # The paper training data (ProRL v1 blend: DeepScaleR math, Eurus-2 code, Reasoning Gym) through the
         # pinned fetch code (checkpoints.source: the hub or a local stand-in); raw snapshots in resources/data/rl.
+        input:
+            pinned_input(lambda wc: "results/data/rl/train_data.json",
+                         lambda wc: hub_revisions(TrainDataSettings.from_dict(config["rl"]["data"])),
+                         lambda wc: "rl.data.revisions.<source>"),
         output:
             PAPER_TRAIN_DATA,
         params:
             rule_name="train_data",
-            cfg=as_json({"data": config["rl"]["data"], "source": config["checkpoints"]["source"]}),
+            cfg=as_json({"data": config["rl"]["data"], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
             tracking=TRACKING,
             profile=PROFILE,
         log:

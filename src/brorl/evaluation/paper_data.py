@@ -26,9 +26,17 @@ the snapshot hold them and which columns are the problem text, the gold answer a
   problems), ``data_source`` and an empty ``answer``.
 
 Revisions: every ``revision`` below is the placeholder ``"main"`` (``revision_pinned=False``): the papers name
-no commits. The first :func:`prepare_benchmark` resolves it and the fetch manifest (and the JSONL's meta file)
-records the commit; later runs verify that commit's files and never re-resolve ``main`` unless asked
-(``refresh=True``). Put a 40-hex commit in the table (or pass ``revision=``) to pin one.
+no commits. ``config/paper.yaml`` pins the ones seen in public references (``evaluation.revisions``, passed as
+``revision=``); the paper profile refuses the others unless ``checkpoints.allow_unpinned`` (``brorl.cli``). The
+first :func:`prepare_benchmark` resolves the revision and the fetch manifest (and the JSONL's meta file) records
+the commit; later runs verify that commit's files and never re-resolve ``main`` unless asked (``refresh=True``).
+
+Gated data: GPQA (``gated``: its terms) needs ``HF_TOKEN`` (:func:`check_gated_access`, before any download) and
+stays local by default: :func:`benchmark_data_root` puts its JSONL under ``resources/gated/`` and
+:func:`keep_gated_local` keeps its completions there, sharing scores and hashes only.
+
+Unusable rows: a code row without usable test cases is dropped and counted; a maths row without a gold answer
+stops a benchmark but is skipped and counted in a training source (``skip_unusable_gold``).
 
 Prompts (the user message; the chat template is applied by lm-eval, ``--apply_chat_template``):
 
@@ -134,7 +142,14 @@ generators must stay clear of [RG_SEED, RG_SEED + samples_per_task)."""
 GPQA_SHUFFLE_SEED = 0
 """The options of GPQA record ``r`` are shuffled with ``random.Random(f"brorl-gpqa:{seed}:{r.id}")``."""
 
+GPQA_TERMS = ("share your contact information with the authors, and do not reveal examples from the dataset "
+              "in plain text or images online")
+"""The conditions the gated GPQA repository asks to accept (its card: no examples online, to keep it out of
+training corpora). Hence its problems and completions are not pushed or logged by default."""
+
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv")
+PARQUET_BATCH_ROWS = 4096
+"""Rows per Arrow record batch when a parquet file is filtered (``where``) before conversion."""
 KINDS = ("math", "gpqa", "ifeval", "reasoning_gym", "code")
 
 
@@ -166,7 +181,12 @@ class BenchmarkSpec:
     where: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Row filter: keep a row only when, for every ``column: values`` here, the column's value, lower-cased with
     everything but letters and digits removed, is one of ``values`` (``"code_contests"`` -> ``"codecontests"``).
-    Used by the code benchmarks, which share one file."""
+    Used by the code benchmarks, which share one file, and by Eurus-2's code rows (parquet: filtered in Arrow)."""
+    gated: str = ""
+    """Non-empty for a gated repository: the terms to accept on its page (a token is needed, and its problems and
+    completions stay local unless ``checkpoints.share_gated`` says otherwise)."""
+    skip_unusable_gold: bool = False
+    """Training sources: skip (and count) maths rows whose gold answer is empty instead of failing."""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -174,8 +194,10 @@ class BenchmarkSpec:
         d["fields"] = {k: list(v) for k, v in self.fields.items()}
         if self.where:
             d["where"] = {k: list(v) for k, v in self.where.items()}
-        else:  # absent when unused: the cached requests of the other benchmarks stay as they were
-            d.pop("where", None)
+        # absent when unused: the cached requests of the other benchmarks stay as they were
+        for key in ("where", "gated", "skip_unusable_gold"):
+            if not d.get(key):
+                d.pop(key, None)
         return d
 
     @property
@@ -226,6 +248,7 @@ PAPER_BENCHMARKS: dict[str, BenchmarkSpec] = {
                 "incorrect_1": ("Incorrect Answer 1",), "incorrect_2": ("Incorrect Answer 2",),
                 "incorrect_3": ("Incorrect Answer 3",), "id": ("Record ID",), "domain": ("High-level domain",)},
         expected_size=198,
+        gated=GPQA_TERMS,
         paper="ProRL v1 GPQA (BroRL reports none); ProRL names spawn99/GPQA-diamond-ClaudeR1",
         note="ProRL's copy, spawn99/GPQA-diamond-ClaudeR1 (also in brorl/paper_data_blend.yaml), keeps the "
              "question and the correct answer's text but, going by its uploader's script, not the three "
@@ -386,26 +409,89 @@ def _selected(spec: BenchmarkSpec, row: Mapping) -> bool:
     return all(_norm_key(row.get(col, "")) in {_norm_key(v) for v in values} for col, values in spec.where.items())
 
 
-def convert_rows(spec: BenchmarkSpec, rows: Sequence[tuple[str, int, Mapping]], commit: str) -> list[dict]:
-    """Records of a hub-backed benchmark from ``(file, row index, row)`` triples (those ``spec.where`` keeps;
-    code rows without usable test cases are dropped with a warning)."""
+def select_rows(spec: BenchmarkSpec, path: str | os.PathLike[str],
+                batch_rows: int = PARQUET_BATCH_ROWS) -> tuple[list[tuple[int, dict]], int, dict[str, list[str]]]:
+    """The rows of one data file that ``spec.where`` keeps, as ``(row index in the file, row)``; the file's row
+    count; and the distinct values of the ``where`` columns (up to 50 each, for a message when nothing matches).
+
+    A parquet file with a ``where`` is filtered in Arrow, one record batch at a time, reading only the columns the
+    spec names (Eurus-2's train.parquet: 1.7 GB, ~482k rows, ~27k of them code): the rows left out never become
+    Python objects. Other files are read whole (:func:`read_table`)."""
+    path = Path(path)
+    seen: dict[str, set[str]] = {col: set() for col in spec.where}
+    if not spec.where or path.suffix.lower() != ".parquet":
+        rows = read_table(path)
+        for row in rows:
+            for col in seen:
+                if len(seen[col]) < 50:
+                    seen[col].add(str(row.get(col)))
+        kept = [(i, row) for i, row in enumerate(rows) if _selected(spec, row)]
+        return kept, len(rows), {c: sorted(v) for c, v in seen.items()}
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    # pre_buffer=False: the default pre-buffers every row group's column chunks, i.e. reads the whole file into memory
+    pf = pq.ParquetFile(path, buffer_size=1 << 20, pre_buffer=False)
+    wanted = {c for cands in spec.fields.values() for c in cands} | set(spec.where)
+    columns = [c for c in pf.schema_arrow.names if c in wanted]
+    allowed = {col: pa.array(sorted({_norm_key(v) for v in values})) for col, values in spec.where.items()}
+    kept, n = [], 0
+    for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+        mask = pa.array(np.ones(batch.num_rows, dtype=bool))
+        for col, values in allowed.items():
+            if col not in batch.schema.names:
+                mask = pa.array(np.zeros(batch.num_rows, dtype=bool))
+                seen[col].add("None")
+                continue
+            text = pc.cast(batch.column(col), pa.string())
+            if len(seen[col]) < 50:
+                seen[col].update(str(v) for v in pc.unique(text).to_pylist()[:50])
+            key = pc.replace_substring_regex(pc.utf8_lower(pc.fill_null(text, "None")), r"[^\p{L}\p{N}]", "")
+            mask = pc.and_(mask, pc.is_in(key, value_set=values))
+        idx = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        if len(idx):
+            kept.extend(zip((n + idx).tolist(), batch.take(pa.array(idx)).to_pylist()))
+        n += batch.num_rows
+    return kept, n, {c: sorted(v)[:50] for c, v in seen.items()}
+
+
+def usable_gold(value) -> bool:
+    """Whether a gold answer can be scored: not missing, empty, blank or NaN (DeepScaleR has ``''`` answers)."""
+    if isinstance(value, float) and value != value:
+        return False
+    return gold_text(value) != ""
+
+
+def convert_rows(spec: BenchmarkSpec, rows: Sequence[tuple[str, int, Mapping]],
+                 commit: str) -> tuple[list[dict], dict[str, int]]:
+    """Records of a hub-backed benchmark from ``(file, row index, row)`` triples already selected by
+    ``spec.where``, and what was skipped: ``no_tests`` (code rows without usable test cases, dropped with a
+    warning) and ``no_gold`` (maths rows without a usable gold answer: skipped and counted when
+    ``spec.skip_unusable_gold`` -- training sources --, else a :class:`BenchmarkDataError` naming the row)."""
     convert = {"math": _math_record, "gpqa": _gpqa_record, "ifeval": _ifeval_record, "code": _code_record}[spec.kind]
-    kept = [(rel, i, row) for rel, i, row in rows if _selected(spec, row)]
-    if spec.where and rows and not kept:
-        seen = {col: sorted({str(r.get(col)) for _, _, r in rows})[:50] for col in spec.where}
-        raise BenchmarkDataError(f"{spec.name}: no row matches {dict(spec.where)}; the snapshot holds {seen}. "
-                                 "Fix 'where' in the table")
-    records = [convert(spec, rel, i, row, _source(spec.repo_id, commit, rel, i)) for rel, i, row in kept]
+    skipped = {"no_gold": 0, "no_tests": 0}
+    records = []
+    for rel, i, row in rows:
+        if spec.kind == "math" and spec.skip_unusable_gold and not usable_gold(
+                _pick(row, spec.fields["answer"], "answer", f"{spec.name} {rel}#{i}")):
+            skipped["no_gold"] += 1
+            continue
+        records.append(convert(spec, rel, i, row, _source(spec.repo_id, commit, rel, i)))
     if spec.kind == "code" and None in records:
-        log.warning("%s: %d rows without usable test cases dropped", spec.name, records.count(None))
+        skipped["no_tests"] = records.count(None)
+        log.warning("%s: %d rows without usable test cases dropped", spec.name, skipped["no_tests"])
         records = [r for r in records if r is not None]
+    if skipped["no_gold"]:
+        log.warning("%s: %d rows without a usable gold answer skipped", spec.name, skipped["no_gold"])
     seen: dict[str, str] = {}
     for r in records:
         if r["id"] in seen:
             raise BenchmarkDataError(f"{spec.name}: duplicate id {r['id']!r} ({seen[r['id']]} and {r['source']}); "
                                      "fix the id column in the table")
         seen[r["id"]] = r["source"]
-    return records
+    return records, skipped
 
 
 def _record_id(spec: BenchmarkSpec, rel: str, i: int, row: Mapping) -> str:
@@ -692,6 +778,55 @@ def _damaged(dest: Path, actual: str, expected: str, meta_path: Path) -> Checksu
                               "prepare_benchmark to rebuild it.")
 
 
+def check_gated_access(spec: BenchmarkSpec, source, snapshot_dir: str | os.PathLike[str] | None = None) -> None:
+    """Refuse, before any download, to fetch a gated benchmark from the real hub without a token
+    (:class:`brorl.fetch.GatedRepoAccessError`, naming HF_TOKEN and the terms). Nothing to check for a local
+    stand-in, an ungated benchmark or a snapshot already fetched (``snapshot_dir`` with its manifest)."""
+    if not spec.gated or source is not None or fetch.hf_token():
+        return
+    if snapshot_dir is not None and Path(snapshot_dir).is_dir() and fetch.default_manifest_path(snapshot_dir).is_file():
+        return
+    raise fetch.GatedRepoAccessError(fetch.gated_message(spec.repo_id, "dataset", spec.gated))
+
+
+GATED_LOCAL_ROOT = Path("resources/gated")
+"""Where a gated benchmark's data (``benchmarks/<name>/``) and full evaluation records (``eval/<model>/<name>.json``)
+live unless ``evaluation.share_gated``: outside ``results/``, so never DVC-tracked or pushed."""
+
+
+def is_gated(name: str) -> bool:
+    """Whether ``name`` is a paper benchmark from a gated repository (GPQA)."""
+    spec = PAPER_BENCHMARKS.get(name) or CODE_BENCHMARKS.get(name)
+    return bool(spec is not None and spec.gated)
+
+
+def benchmark_data_root(name: str, share_gated: bool = False) -> str:
+    """The folder holding ``<name>/test.jsonl``: ``results/data/benchmarks`` (DVC-tracked, pushed), or for a gated
+    benchmark without ``share_gated`` the local-only ``resources/gated/benchmarks``."""
+    return str(GATED_LOCAL_ROOT / "benchmarks") if is_gated(name) and not share_gated else "results/data/benchmarks"
+
+
+def keep_gated_local(name: str, out_json: str | os.PathLike[str], *, share_gated: bool = False,
+                     local_root: str | os.PathLike[str] = GATED_LOCAL_ROOT) -> Path | None:
+    """For a gated benchmark (unless ``share_gated``): move the full evaluation result ``out_json`` (problems'
+    completions) to ``<local_root>/eval/<model>/<name>.json`` and leave at ``out_json`` the same result with every
+    sample's completions replaced by their sha256 (scores, ids, metrics kept), which is what gets pushed and
+    logged. Returns the local copy's path, or None when nothing was done."""
+    if not is_gated(name) or share_gated:
+        return None
+    out_json = Path(out_json)
+    result = json.loads(out_json.read_text())
+    local = Path(local_root) / "eval" / out_json.parent.name / out_json.name
+    _write_atomic(local, out_json.read_bytes())
+    for sample in result.get("samples", []):
+        texts = sample.pop("completions", [])
+        sample["completions_sha256"] = [hashlib.sha256(str(t).encode()).hexdigest() for t in texts]
+    result["completions_local"] = {"path": str(local), "sha256": _sha256_file(local),
+                                   "why": f"{name} is gated; its terms: {benchmark_spec(name).gated}"}
+    _write_atomic(out_json, (json.dumps(result, indent=1, ensure_ascii=True) + "\n").encode())
+    return local
+
+
 def verify_benchmark(dest_jsonl: str | os.PathLike[str], *, meta: str | os.PathLike[str] | None = None,
                      snapshot_dir: str | os.PathLike[str] | None = None) -> dict:
     """Check a prepared benchmark without any client: the JSONL's sha256 against its meta file and, when
@@ -784,6 +919,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
         snapshot_meta = None
     else:
         lock = same and not refresh  # a missing JSONL is rebuilt from the recorded commit
+        check_gated_access(spec, source, snap)
         # The fetch manifest pins the commit it resolved: a verified or restored snapshot never re-resolves.
         fetched = fetch.fetch_dataset(spec.repo_id, revision, snap, source=source,
                                       allow_patterns=list(spec.files), refresh=refresh)
@@ -792,11 +928,21 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
                              f"{old['snapshot']['commit']}")
         manifest = json.loads(Path(fetched["manifest"]).read_text())
         rels = data_files_in(snap, spec.files, [e["path"] for e in manifest["files"]])
-        rows = [(rel, i, row) for rel in rels for i, row in enumerate(read_table(snap / rel))]
-        records = convert_rows(spec, rows, fetched["commit"])
-        report = {"files": rels, "n_rows": len(rows)}
+        rows, n_rows, seen = [], 0, {}
+        for rel in rels:
+            kept, n, values = select_rows(spec, snap / rel)
+            rows += [(rel, i, row) for i, row in kept]
+            n_rows += n
+            seen.update({c: sorted({*seen.get(c, []), *v})[:50] for c, v in values.items()})
+        if spec.where and n_rows and not rows:
+            raise BenchmarkDataError(f"{name}: no row matches {dict(spec.where)}; the snapshot holds {seen}. "
+                                     "Fix 'where' in the table")
+        records, skipped = convert_rows(spec, rows, fetched["commit"])
+        report = {"files": rels, "n_rows": n_rows}
         if spec.where:
-            report["n_selected"] = sum(1 for _, _, row in rows if _selected(spec, row))
+            report["n_selected"] = len(rows)
+        if any(skipped.values()):
+            report["skipped"] = {k: v for k, v in skipped.items() if v}
         if spec.expected_size is not None and len(records) != spec.expected_size:
             report["size_differs"] = f"{len(records)} problems, the public set has {spec.expected_size}"
             log.warning("%s: %s", name, report["size_differs"])
@@ -846,6 +992,8 @@ if __name__ == "__main__":
 
 __all__ = [
     "PAPER_BENCHMARKS", "CODE_BENCHMARKS", "BenchmarkSpec", "BenchmarkDataError", "benchmark_spec", "prepare_benchmark",
+    "check_gated_access", "is_gated", "benchmark_data_root", "keep_gated_local", "GATED_LOCAL_ROOT", "select_rows",
+    "usable_gold", "convert_rows", "GPQA_TERMS",
     "verify_benchmark", "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "read_table",
     "gold_text", "shuffle_choices", "gpqa_prompt", "code_tests", "code_prompt", "problem_text",
     "CODE_INSTRUCTION", "CODE_CALL_INSTRUCTION", "MATH_INSTRUCTION", "GPQA_INSTRUCTION", "RG_INSTRUCTION",

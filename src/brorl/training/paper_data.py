@@ -48,8 +48,11 @@ TRAIN_SOURCES: dict[str, BenchmarkSpec] = {
     "deepscaler": BenchmarkSpec(
         "deepscaler", "math", "agentica-org/DeepScaleR-Preview-Dataset", files=("deepscaler.json",),
         fields={"problem": ("problem", "question"), "answer": ("answer", "final_answer"), "id": ()},
+        skip_unusable_gold=True,
         paper="ProRL v1 training blend: math, DeepScaleR, 40K, binary reward [paper]",
-        note="About 40.3K problems in deepscaler.json (brorl/paper_data_blend.yaml); ids 'deepscaler-<row>'."),
+        note="About 40.3K problems in deepscaler.json (brorl/paper_data_blend.yaml); ids 'deepscaler-<row>'. Rows "
+             "with an empty gold answer (the dataset's discussion #4 reports 6; upstream math.json has '' answers) "
+             "are skipped and counted (train_data.json: sources.deepscaler.skipped.no_gold)."),
     "eurus2_code": BenchmarkSpec(
         "eurus2_code", "code", "PRIME-RL/Eurus-2-RL-Data", files=("train.parquet",),
         fields={"problem": ("prompt", "question", "problem", "description"),
@@ -120,6 +123,13 @@ class TrainDataSettings:
                 for k, v in ((k, getattr(self, k)) for k in self.__dataclass_fields__)}
 
 
+def hub_revisions(settings: TrainDataSettings) -> dict[str, tuple[str, None]]:
+    """``{source: (revision, None)}`` of the hub sources in ``settings`` (for :func:`brorl.fetch.unpinned`): the
+    configured revision, else the table's ``main``."""
+    return {name: (settings.revisions.get(name) or TRAIN_SOURCES[name].revision, None) for name in settings.sources
+            if not TRAIN_SOURCES[name].generated}
+
+
 def is_paper_data(data_dir: str | os.PathLike[str]) -> bool:
     """Whether ``data_dir`` holds paper training data (its marker file) rather than the tiny tasks."""
     return (Path(data_dir) / MARKER).is_file()
@@ -180,11 +190,14 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
         train, validation = split_records(records, name, s)
         for split, rows in (("train", train), ("validation", validation)):
             bench_data._write_atomic(out / name / f"{split}.jsonl", bench_data._jsonl_bytes(rows))
+        reported = (info.get("report") or {}).get("skipped", {})
+        skipped = {} if spec.generated else {k: int(reported.get(k, 0)) for k in ("no_gold", "no_tests")}
         sources[name] = {"reward": spec.kind, "repo_id": spec.repo_id, "commit": info.get("commit"),
                          "raw": str(raw), "raw_sha256": info["sha256"], "n_records": len(records),
-                         "n_train": len(train), "n_validation": len(validation), "paper": spec.paper,
-                         "note": spec.note}
-        say(f"{name}: {len(train)} train / {len(validation)} validation ({spec.kind} reward)")
+                         "n_train": len(train), "n_validation": len(validation), "skipped": skipped,
+                         "paper": spec.paper, "note": spec.note}
+        say(f"{name}: {len(train)} train / {len(validation)} validation ({spec.kind} reward)"
+            + "".join(f", {v} rows skipped ({k.replace('_', ' ')})" for k, v in skipped.items() if v))
     marker = {"format": FORMAT, "settings": s.to_dict(), "sources": sources, "left_out": LEFT_OUT}
     bench_data._write_atomic(out / MARKER, (json.dumps(marker, indent=1) + "\n").encode())
     return marker
@@ -249,4 +262,5 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
 
 
 __all__ = ["TRAIN_SOURCES", "LEFT_OUT", "TrainDataSettings", "prepare_train_data", "paper_rewards",
-           "make_paper_reward", "is_paper_data", "is_paper_record", "split_records", "training_record", "MARKER"]
+           "make_paper_reward", "hub_revisions", "is_paper_data", "is_paper_record", "split_records",
+           "training_record", "MARKER"]
