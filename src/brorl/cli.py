@@ -456,7 +456,7 @@ def cmd_evaluate(args) -> int:
                        temperature=cfg.get("temperature"), seed=cfg.get("seed", 1234),
                        batch_size=cfg.get("batch_size", 256), cache_dir=args.cache,
                        limit=cfg.get("limit") or None, threads=cfg.get("threads") or None,
-                       backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
+                       max_gen_toks=cfg.get("max_gen_toks") or None, backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
                        device=cfg.get("device", "cpu"), dtype=cfg.get("dtype", "float32"))
         local = keep_gated_local(args.benchmark, args.out, share_gated=bool(cfg.get("share_gated")))
         if local is not None:  # gated (GPQA): completions stay local, the result keeps scores and hashes
