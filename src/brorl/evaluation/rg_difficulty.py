@@ -1,6 +1,7 @@
 """The start model's pass rates on Reasoning Gym tasks, and the tasks whose prompts sit in BroRL's band.
 
-For a candidate list of Reasoning Gym tasks (at reasoning-gym's default settings), ``prompts`` problems each are
+For a candidate list of Reasoning Gym tasks (at reasoning-gym's default settings, or the dataset config keys of
+``task_configs``: a difficulty), ``prompts`` problems each are
 generated (:func:`brorl.evaluation.paper_data.generate_reasoning_gym`: RG's own prompt text, in the user turn
 under the model's chat template, exactly as training and the lm-eval task see it), ``k`` completions per
 problem are sampled with the training engine and temperature, and each is scored with the training reward
@@ -25,7 +26,7 @@ BAND = (1 / 64, 1 / 2)
 
 def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int, max_new_tokens: int,
             temperature: float = 1.0, seed: int = 0, rg_seed: int = 777, engine: str = "prefix_tree",
-            chunk_samples: int = 64, log=print) -> list[dict]:
+            chunk_samples: int = 64, task_configs: dict | None = None, log=print) -> list[dict]:
     """One row per problem: task, id, passes (of k), truncated (of k), mean completion tokens, seconds."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -35,7 +36,8 @@ def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int
     from brorl.tasks.core import format_prompt
     from brorl.training.paper_data import make_paper_reward, training_record
 
-    records, _ = generate_reasoning_gym(seed=rg_seed, samples_per_task=prompts, tasks=list(tasks))
+    records, _ = generate_reasoning_gym(seed=rg_seed, samples_per_task=prompts, tasks=list(tasks),
+                                        task_configs=task_configs)
     records = [training_record("reasoning_gym", "reasoning_gym", r) for r in records]
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
