@@ -162,3 +162,18 @@ def test_reasoning_gym_task_configs_set_the_difficulty():
     default, _ = generate_reasoning_gym(seed=3, samples_per_task=4, tasks=["basic_arithmetic"])
     assert all(len(re.findall(r"\d+", r["problem"])) == 2 and "config=" in r["source"] for r in easy)
     assert any(len(re.findall(r"\d+", r["problem"])) > 2 for r in default)
+
+
+def test_training_data_takes_the_task_configs(tmp_path):
+    """rl.data.reasoning_gym_task_configs reaches the generated training records (and the cache's request)."""
+    from brorl.tasks.core import read_split
+    from brorl.training.paper_data import prepare_train_data
+
+    cfg = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"]}
+    settings = {"sources": ["reasoning_gym"], "reasoning_gym_tasks": ["basic_arithmetic"],
+                "reasoning_gym_samples_per_task": 4, "validation_per_source": 1,
+                "reasoning_gym_task_configs": {"basic_arithmetic": cfg}}
+    marker = prepare_train_data(tmp_path / "data", settings, source=None, cache_dir=tmp_path / "cache")
+    assert marker["settings"]["reasoning_gym_task_configs"] == {"basic_arithmetic": cfg}
+    records = read_split(tmp_path / "data", "train") + read_split(tmp_path / "data", "validation")
+    assert len(records) == 4 and all('config={"max_digits": 1' in r["source"] for r in records)

@@ -865,7 +865,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
                       dest_jsonl: str | os.PathLike[str], *, revision: str | None = None,
                       snapshot_dir: str | os.PathLike[str] | None = None, spec: BenchmarkSpec | None = None,
                       refresh: bool = False, samples_per_task: int = RG_SAMPLES_PER_TASK, seed: int = RG_SEED,
-                      tasks: Sequence[str] | None = None,
+                      tasks: Sequence[str] | None = None, task_configs: Mapping[str, Mapping] | None = None,
                       log_fn: Callable[[str], None] | None = None) -> dict:
     """Fetch (or generate) benchmark ``name`` and cache it as JSONL at ``dest_jsonl``; idempotent.
 
@@ -873,8 +873,8 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
     real Hugging Face Hub, refused offline; a folder = a local stand-in; ignored for ``reasoning_gym``).
     ``revision`` overrides the table's (placeholder) revision; ``snapshot_dir`` defaults to
     ``<dest folder>/snapshot`` (fetch manifest beside it); ``spec`` replaces the table entry (other copies or
-    column names). Reasoning Gym only: ``samples_per_task`` (100), ``seed`` and ``tasks`` (a subset of task
-    names; default all tasks of the 11 categories).
+    column names). Reasoning Gym only: ``samples_per_task`` (100), ``seed``, ``tasks`` (a subset of task
+    names; default all tasks of the 11 categories) and ``task_configs`` (see :func:`generate_reasoning_gym`).
 
     Returns ``{"status": "prepared" | "verified" | "replaced" | "restored", "benchmark", "dest", "meta",
     "n_records", "sha256", "commit", "snapshot_checked", "report", "fetch"}``. ``verified``: the cached file
@@ -897,6 +897,8 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
         rg = {"seed": int(seed), "samples_per_task": int(samples_per_task),
               "tasks": None if tasks is None else sorted(tasks), "categories": list(RG_CATEGORIES),
               "reasoning_gym": _version("reasoning-gym")}
+        if task_configs:  # only when given: existing requests (and their cached files) stay valid
+            rg["task_configs"] = {t: dict(c) for t, c in sorted(task_configs.items())}
         revision = None
     else:
         revision = revision or spec.revision or "main"
@@ -915,7 +917,8 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
 
     fetched = None
     if spec.generated:
-        records, report = generate_reasoning_gym(seed=seed, samples_per_task=samples_per_task, tasks=tasks)
+        records, report = generate_reasoning_gym(seed=seed, samples_per_task=samples_per_task, tasks=tasks,
+                                                 task_configs=task_configs)
         missing = [c for c, n in report["categories"].items() if n == 0]
         if tasks is None and missing:
             report["missing_categories"] = missing
