@@ -6,7 +6,10 @@ math-verify has to do real equivalence checks), then scores them
 
 1. cold: one batch, cache off -- every completion is verified by math-verify in a worker;
 2. GRPO-like: batches of 512 completions for 32-prompt groups, cache on (repeated answers within a
-   group are verified once), which is what a training step sees.
+   group are verified once), which is what a training step sees;
+3. concurrent callers: 4 threads per worker, each scoring one slow answer (math-verify needs about a
+   second for an integral), against the same answers scored one after another: with the pool shared by
+   all callers the wall time is about serial / workers.
 
 Why: the grader runs inside the RL loop; this tells whether it can keep up with sampling.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import threading
 import time
 
 from brorl.rewards import RewardPool
@@ -113,6 +117,26 @@ def main() -> None:
         total = steps * 512
         print(f"GRPO-like (512/batch, cache on): {total / grpo:,.0f} rewards/s with {pool.num_workers} workers "
               f"({grpo / steps * 1000:.0f} ms per 512-completion step; cache hits {pool.stats.cache_hits})")
+
+
+    # Concurrent callers, one slow answer each (distinct integrals, so neither cache nor de-duplication helps).
+    slow = [(f"\\boxed{{\\int_0^{{{k}}} e^{{-x^2}} dx}}", "1") for k in range(2, 2 + 4 * args.workers)]
+    with RewardPool(num_workers=args.workers, timeout=60.0, cache_size=0) as pool:
+        pool.math_rewards(["\\boxed{1}"] * args.workers, ["1"] * args.workers)
+        t = time.perf_counter()
+        for completion, gold in slow:
+            pool.math_reward(completion, gold)
+        serial = time.perf_counter() - t
+        threads = [threading.Thread(target=pool.math_reward, args=pair) for pair in slow]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        concurrent = time.perf_counter() - t
+        print(f"concurrent callers: {len(slow)} threads x 1 slow answer in {concurrent:.1f} s with "
+              f"{pool.num_workers} workers; the same answers one after another: {serial:.1f} s "
+              f"(ratio {serial / concurrent:.2f}, ideal {pool.num_workers})")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from brorl.tasks import core as task_core
 COMMIT = "1" * 40
 COMMIT_V2 = "2" * 40
 RG_SAMPLES = 1  # per task in the fixture (the real benchmark: 100)
+REWARD_TIMEOUT = 60.0  # s per answer in the default reward pool: generous, see `prepared`
 
 MATH_PROBLEMS = [  # (problem, gold) -- three problems per math benchmark
     ("What is $1 + 1$?", "2"),
@@ -117,12 +118,17 @@ class FakeTokenizer:
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
-    """Every paper benchmark prepared into one data folder (Reasoning Gym: every task, RG_SAMPLES each)."""
+    """Every paper benchmark prepared into one data folder (Reasoning Gym: every task, RG_SAMPLES each).
+
+    The scorers run in the default reward pool with a generous deadline: these tests check answers, not the
+    anti-hang timeout (tests/test_rewards.py does), and must pass on a machine whose cores are all busy."""
+    rewards.configure(timeout=REWARD_TIMEOUT)
     root = tmp_path_factory.mktemp("paper")
     hub = make_hub(root / "hub")
     data = root / "data"
     results = paper_benchmarks.prepare_benchmarks(data, hub, samples_per_task=RG_SAMPLES)
     yield {"hub": hub, "data": data, "results": results}
+    rewards.configure()
     rewards.close()
 
 

@@ -6,6 +6,7 @@ The fuzz corpus is generated deterministically (fixed seed) so a failure is repr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -19,11 +20,34 @@ import time
 
 import pytest
 
+import reward_tasks as T
 from brorl import rewards as R
 from brorl.rewards import RewardPool
 
 FUZZ_TIMEOUT = 0.4  # hard per-call limit for the fuzz pool (s)
-MARGIN = 1.5  # slack for IPC, a worker replacement and a loaded 2-core machine (s)
+MARGIN = 1.5  # slack for IPC (s)
+SUBPROCESS_LIMIT = 600  # s, a guard against a hung test script only
+GENEROUS = 60.0  # deadline of pools whose tests check answers, not timeouts: a starved machine still passes
+
+
+@contextlib.contextmanager
+def _generous(p):
+    """Let ``p`` verify with a generous deadline for a while (health checks on a short-timeout pool)."""
+    timeout, p.timeout = p.timeout, GENEROUS
+    try:
+        yield p
+    finally:
+        p.timeout = timeout
+
+
+def _startup_seconds(p) -> float:
+    """Seconds to restart ``p``'s workers and score one answer, measured now: the unit in which the time
+    bounds below are stated, so that they scale with the machine's load instead of failing on a busy one."""
+    p.close()
+    t = time.monotonic()
+    with _generous(p):
+        assert p.math_reward("\\boxed{1}", "1") == 1.0
+    return time.monotonic() - t
 
 
 def _gone(pid: int) -> bool:
@@ -34,15 +58,15 @@ def _gone(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def pool():
     """A 2-worker pool with a generous timeout for correctness tests (Reasoning Gym preloaded)."""
-    with RewardPool(num_workers=2, timeout=5.0, preload=("math", "reasoning_gym")) as p:
+    with RewardPool(num_workers=2, timeout=GENEROUS, preload=("math", "reasoning_gym")) as p:
         yield p
 
 
 @pytest.fixture(scope="module")
 def fuzz_pool():
-    """A short-timeout pool without a cache, so every fuzz input really reaches a worker."""
-    with RewardPool(num_workers=2, timeout=FUZZ_TIMEOUT, cache_size=0) as p:
-        assert p.math_reward("\\boxed{1}", "1") == 1.0  # warm up outside the timed loop
+    """A short-timeout pool without a cache or retries, so every fuzz input reaches a worker once."""
+    with RewardPool(num_workers=2, timeout=FUZZ_TIMEOUT, cache_size=0, timeout_retries=0) as p:
+        p.startup = _startup_seconds(p)  # also warms the workers up outside the timed loop
         yield p
 
 
@@ -117,6 +141,8 @@ def test_completion_text_formats():
     assert R.completion_text(b"\xffz").endswith("z")
     assert R.completion_text(3) is None
     assert R.completion_text([{"role": "assistant"}]) is None
+    assert R.completion_text([{"role": "user", "content": "a"}]) is None  # no assistant turn: no text
+    assert R.completion_text([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]) == "b"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -158,6 +184,110 @@ def test_math_reward_realistic(pool, completion, gold, expected):
     assert R.math_reward(completion, gold, pool=pool) == expected
 
 
+# --------------------------------------------------------------------------------------------------
+# Reward decisions: wrong answers a policy could learn to write must not pay (issue 20, item 3).
+# The references are the paper's graders: math-verify 0.9.0 (what brorl verifies with) and the
+# DeepScaleR / ProRL grader (deepscaler/rewards/math_reward.py: last \boxed{} after </think>, Hendrycks /
+# PRM800K normalisation).
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "completion, gold, expected",
+    [
+        # Equation chains: math-verify grades the last side only (so x = 142 is 142), which alone would pay
+        # a false statement.  A definition pays on its value; a numeric chain only if it is true.
+        ("\\boxed{143 = 142}", "142", 0.0),
+        ("\\boxed{142 = 143}", "142", 0.0),
+        ("\\boxed{143 \\equiv 142}", "142", 0.0),
+        ("\\boxed{x = 143 = 142}", "142", 0.0),
+        ("\\boxed{143 = x = 142}", "142", 0.0),
+        ("\\boxed{143 \\to 142}", "142", 0.0),  # arrows and := read as "="
+        ("\\boxed{143 \\Rightarrow 142}", "142", 0.0),
+        ("\\boxed{143 := 142}", "142", 0.0),
+        ("\\boxed{x = 142}", "142", 1.0),
+        ("\\boxed{f(2) = 142}", "142", 1.0),
+        ("\\boxed{\\frac{284}{2} = 142}", "142", 1.0),
+        ("\\boxed{2 \\cdot 71 = 142}", "142", 1.0),
+        ("\\boxed{x \\to 142}", "142", 1.0),
+        ("\\boxed{\\lim_{x \\to 0} f(x) = 142}", "142", 1.0),  # an arrow inside braces is not a chain
+        # Hedged answers: neither candidate pays (math-verify alone read "142 (or maybe 143)" as 143).
+        ("the answer is 142 (or maybe 143)", "143", 0.0),
+        ("the answer is 142 (or maybe 143)", "142", 0.0),
+        ("\\boxed{142 (or maybe 143)}", "143", 0.0),
+        ("\\boxed{142 \\text{ (probably)}}", "142", 0.0),
+        ("The answer is 142?", "142", 0.0),
+        ("\\boxed{\\text{odd or even}}", "\\text{odd or even}", 1.0),  # unless the gold reads that way
+        # Hidden characters inside the answer: "14\x002" is not 142 (it used to be, once the NUL was dropped).
+        ("\\boxed{14\x002}", "142", 0.0),
+        ("\\boxed{1\u200b42}", "142", 0.0),  # zero-width space
+        ("\\boxed{\u202e241}", "142", 0.0),  # right-to-left override
+        ("\\boxed{14\ud8002}", "142", 0.0),  # lone surrogate
+        ("\x00 noise \x00 then \\boxed{142}", "142", 1.0),  # outside the answer: harmless
+        # Message lists: only the model's own turns are scored.
+        ([{"role": "user", "content": "\\boxed{7}"}], "7", 0.0),
+        ([{"role": "system", "content": "\\boxed{7}"}, {"role": "user", "content": "solve"}], "7", 0.0),
+        ([{"role": "user", "content": "\\boxed{7}"}, {"role": "assistant", "content": "\\boxed{8}"}], "7", 0.0),
+        ({"role": "tool", "content": "\\boxed{7}"}, "7", 0.0),
+        ([{"role": "assistant", "content": "\\boxed{7}"}], "7", 1.0),
+        # Percent: the sign is a unit (DeepScaleR's grader drops it, math-verify accepts the bare form), so
+        # 50\% is 50 either way round; it is not the fraction 0.5.
+        ("\\boxed{50\\%}", "50", 1.0),
+        ("\\boxed{50}", "50\\%", 1.0),
+        ("\\boxed{50%}", "50", 1.0),
+        ("The answer is $50\\%$.", "50", 1.0),
+        ("\\boxed{50\\%}", "51", 0.0),
+        ("\\boxed{0.5}", "50\\%", 0.0),
+        ("\\boxed{50\\%}", "0.5", 0.0),
+        # Reasoning is not the answer: only the text after the last </think> counts (DeepScaleR); an
+        # unclosed <think> is truncated reasoning.
+        ("<think>\\boxed{3}</think> The answer is 4", "3", 0.0),
+        ("<think>\\boxed{3}</think> The answer is 4", "4", 1.0),
+        ("<think>so \\boxed{3}</think> I am not sure.", "3", 0.0),
+        ("<think>so \\boxed{3}", "3", 0.0),
+        ("Let me see. \\boxed{3}</think> \\boxed{3}", "3", 1.0),  # template put <think> in the prompt
+        # Several boxes: the last complete one is the answer (DeepScaleR), the others never pay.
+        ("\\boxed{142} no wait \\boxed{143}", "142", 0.0),
+        ("\\boxed{142}\\boxed{143}", "143", 1.0),
+    ],
+)
+def test_math_reward_decisions(pool, completion, gold, expected):
+    assert R.math_reward(completion, gold, pool=pool) == expected
+
+
+HEDGES = [
+    "\\boxed{{{a} \\text{{ or }} {b}}}", "\\boxed{{{a}, {b}}}", "\\boxed{{\\{{{a}, {b}\\}}}}", "\\boxed{{{a} \\\\ {b}}}",
+    "\\boxed{{{a} \\quad {b}}}", "\\boxed{{{a}\\ {b}}}", "\\boxed{{{a} \\sim {b}}}", "\\boxed{{{a} \\mid {b}}}",
+    "\\boxed{{{a} ({b})}}", "\\boxed{{{a} \\approx {b}}}", "\\boxed{{{a}/{b}}}", "\\boxed{{{a} \\pm 1}}",
+    "\\boxed{{{a} = {b}}}", "\\boxed{{x = {a} = {b}}}", "\\boxed{{{a} \\to {b}}}", "\\boxed{{{a} \\lor {b}}}",
+    "\\boxed{{{a}}}\\boxed{{{b}}}", "\\boxed{{{a} \\boxed{{{b}}}}}", "\\boxed{{\\boxed{{{a}}}\\boxed{{{b}}}}}",
+    "<think>\\boxed{{{a}}}</think>\\boxed{{{b}}}", "The answer is {a} or {b}.", "The answer is {a}, or {b}",
+    "answer: {a} (or maybe {b})", "{a} or {b}", "\\boxed{{[{a}, {b}]}}", "\\boxed{{({a}, {b})}}",
+    "\\boxed{{{a} \\text{{ and }} {b}}}", "\\boxed{{{a}\\%\\ {b}}}", "\\boxed{{{a}\x00{b}}}",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("template", HEDGES)
+def test_no_completion_pays_for_two_different_answers(pool, template):
+    """Whatever a completion says, it cannot be right for both 142 and 143 (in either order)."""
+    for a, b in ((142, 143), (143, 142)):
+        text = template.format(a=a, b=b)
+        paid = [g for g in ("142", "143") if R.math_reward(text, g, pool=pool) == 1.0]
+        assert len(paid) <= 1, (text, paid)
+
+
+def test_huge_and_deep_completions_stay_cheap_and_unpaid(pool):
+    """A 5 MB completion (answer at the end, behind a long think block) is scored from its tail in the parent;
+    over-long or over-nested answers are refused there without reaching a worker."""
+    tasks = pool.stats.tasks
+    long_think = "<think>" + "wait, " * 800_000 + "</think>"
+    assert R.math_reward(long_think + " \\boxed{142}", "142", pool=pool) == 1.0
+    assert R.math_reward(long_think + " \\boxed{" + "1" * 5000 + "}", "142", pool=pool) == 0.0
+    assert R.math_reward("\\boxed{" + "{" * 50 + "142" + "}" * 50 + "}", "142", pool=pool) == 0.0
+    assert R.math_reward("\\boxed{142}" + "x" * 5_000_000, "142", pool=pool) == 0.0  # the box is out of reach
+    assert pool.stats.tasks - tasks <= 2
+
+
 def test_math_rewards_batch_and_cache(pool):
     completions = [COT + f"\\boxed{{{i % 7}}}" for i in range(60)]
     golds = [str(i % 7 if i % 3 else (i + 1) % 7) for i in range(60)]
@@ -171,12 +301,12 @@ def test_math_rewards_batch_and_cache(pool):
 
 
 def test_module_level_default_pool():
-    R.configure(num_workers=1, timeout=4.0)
+    R.configure(num_workers=1, timeout=GENEROUS)
     try:
         assert R.math_reward("... \\boxed{\\frac{1}{2}}", "0.5") == 1.0
         assert R.math_reward("\\boxed{3}", "4") == 0.0
         p = R.get_default_pool()
-        assert p.num_workers == 1 and p.timeout == 4.0
+        assert p.num_workers == 1 and p.timeout == GENEROUS
         pids = p.worker_pids
         R.close()
         assert all(_gone(pid) for pid in pids)
@@ -213,7 +343,7 @@ def test_trl_math_reward_strings_and_messages(pool):
 
 
 def test_trl_module_level_adapters_use_default_pool():
-    R.configure(num_workers=1)
+    R.configure(num_workers=1, timeout=GENEROUS)
     try:
         out = R.trl_math_reward(prompts=["q", "q"], completions=["\\boxed{2}", "\\boxed{3}"], answer=["2", "2"],
                                 **_trl_kwargs())
@@ -255,6 +385,18 @@ def test_reasoning_gym_reward(pool, rg_entries):
     assert R.reasoning_gym_reward("<answer>" + "x" * 100_000 + "</answer>", e, pool=pool) == 0.0
 
 
+def test_reasoning_gym_scorer_is_built_outside_the_deadline():
+    """arc_agi's scorer loads the ARC data when it is built (about 1.3 s here, much longer on a busy machine):
+    that one-time set-up runs before the task's clock starts, so a correct answer scores 1.0 even with a
+    deadline far below the set-up time."""
+    reasoning_gym = pytest.importorskip("reasoning_gym")
+    entry = reasoning_gym.create_dataset("arc_agi", size=1, seed=1)[0]
+    with RewardPool(num_workers=1, timeout=0.5, preload=("math", "reasoning_gym")) as p:
+        assert p.reasoning_gym_reward(f"<answer>{entry['answer']}</answer>", entry) == 1.0
+        assert p.reasoning_gym_reward("<answer>0 0\n0 0</answer>", entry) < 0.5  # partial credit at most
+        assert p.stats.timeouts == 0
+
+
 def test_trl_reasoning_gym_reward(pool, rg_entries):
     fn = R.make_trl_reasoning_gym_reward(pool)
     completions = [[{"role": "assistant", "content": f"<answer>{e['answer']}</answer>"}] for e in rg_entries]
@@ -273,48 +415,80 @@ def test_trl_reasoning_gym_reward(pool, rg_entries):
 
 
 # --------------------------------------------------------------------------------------------------
-# Robustness: hung, crashing and misbehaving workers
+# Robustness: hung, crashing, slow and misbehaving workers (test tasks from tests/reward_tasks.py)
 # --------------------------------------------------------------------------------------------------
 
 
+def test_test_hooks_are_not_in_the_production_table():
+    assert set(R._TASKS) == {"math", "reasoning_gym"}
+
+
 def test_hung_worker_is_killed_and_replaced():
-    with RewardPool(num_workers=2, timeout=0.5) as p:
-        assert p.math_reward("\\boxed{1}", "1") == 1.0
+    with RewardPool(num_workers=2, timeout=GENEROUS) as p:
+        assert p.math_rewards(["\\boxed{1}", "\\boxed{2}"], ["1", "2"]) == [1.0, 1.0]
         before = set(p.worker_pids)
-        t = time.monotonic()
-        assert p._run([("__hang__", ())]) == [0.0]  # ignores the soft timer, like C code
-        assert time.monotonic() - t < 0.5 + MARGIN
-        assert p.stats.timeouts == 1
+        assert p._run([(T.hang, ())], timeout=0.5) == [0.0]  # ignores the soft timer, like C code; retried once
+        assert (p.stats.timeouts, p.stats.hard_timeouts, p.stats.retries) == (2, 2, 1)
         killed = before - set(p.worker_pids)
-        assert len(killed) == 1 and all(_gone(pid) for pid in killed)
+        assert killed and all(_gone(pid) for pid in killed)
         assert p.math_reward("... \\boxed{\\frac{1}{2}}", "0.5") == 1.0
         assert p.math_reward("\\boxed{3}", "4") == 0.0
         # Both workers hung at once, then more work than workers: all detected, all replaced.
-        t = time.monotonic()
-        assert p._run([("__hang__", ())] * 3) == [0.0] * 3
-        assert time.monotonic() - t < 2 * (0.5 + MARGIN)
-        assert p.stats.timeouts == 4
+        assert p._run([(T.hang, ())] * 3, timeout=0.5) == [0.0] * 3
+        assert p.stats.hard_timeouts == 2 + 3 * 2
         assert p.math_rewards(["\\boxed{2}", "\\boxed{3}"], ["2", "3"]) == [1.0, 1.0]
         assert len(p.worker_pids) == 2
 
 
-def test_soft_timeout_keeps_worker():
-    with RewardPool(num_workers=1, timeout=0.5) as p:
-        assert p.math_reward("\\boxed{1}", "1") == 1.0
+def test_soft_timeout_is_a_timeout_and_keeps_the_worker():
+    with RewardPool(num_workers=1, timeout=1.0) as p:
+        assert p._run([(T.sleep, (0.0,))], timeout=GENEROUS) == [1.0]
         pid = p.worker_pids
-        t = time.monotonic()
-        assert p._run([("__sleep__", (60,))]) == [0.0]  # interruptible: ended by the soft timer
-        assert time.monotonic() - t < 0.5 + MARGIN
-        assert p.worker_pids == pid and p.stats.timeouts == 0
-        assert p._run([("__sleep__", (0.01,))]) == [1.0]
+        failed = [False]
+        assert p._run([(T.sleep, (3600,))], failed=failed) == [0.0]  # interruptible: ended by the soft timer
+        assert failed == [True]
+        assert p.worker_pids == pid
+        assert (p.stats.timeouts, p.stats.hard_timeouts, p.stats.retries) == (2, 0, 1)
+        assert p._run([(T.sleep, (0.0,))], timeout=GENEROUS) == [1.0]
+
+
+def test_a_task_slow_on_its_first_attempt_is_retried_and_scores(tmp_path):
+    with RewardPool(num_workers=1, timeout=2.0) as p:
+        assert p._run([(T.slow_first_time, (str(tmp_path / "tried"),))]) == [1.0]
+        assert (p.stats.timeouts, p.stats.retries) == (1, 1)
+
+
+@pytest.mark.parametrize("cache_timeouts", [False, True])
+def test_slow_correct_answer_scores_once_the_machine_is_free(tmp_path, cache_timeouts):
+    """A correct answer that timed out on a starved machine is a timeout, not a cached 0.0: once the machine
+    is free, the same (answer, gold) key is verified again and scores 1.0."""
+    busy = tmp_path / "busy"
+    busy.touch()
+    key = ("math", "boxed", "142", "142")
+
+    def score():
+        return p._run_cached([key], lambda k: (T.slow_while_busy, (str(busy),)))
+
+    with RewardPool(num_workers=1, timeout=1.0, cache_timeouts=cache_timeouts, timeout_ttl=3600) as p:
+        assert score() == [0.0]
+        assert (p.stats.timeouts, p.stats.retries) == (2, 1)
+        assert key not in p._cache
+        busy.unlink()  # the machine is free
+        if cache_timeouts:  # remembered as a timeout (not run again) until its time-to-live has passed
+            assert score() == [0.0] and p.stats.remembered_timeouts == 1 and p.stats.timeouts == 2
+            p._timed_out[key] = 0.0
+        assert score() == [1.0]
+        assert p._cache[key] == 1.0
+        tasks = p.stats.tasks
+        assert score() == [1.0] and p.stats.tasks == tasks  # a real answer is cached
 
 
 def test_crashing_and_externally_killed_workers():
-    with RewardPool(num_workers=2, timeout=2.0) as p:
+    with RewardPool(num_workers=2, timeout=30.0) as p:
         assert p.math_reward("\\boxed{1}", "1") == 1.0
-        assert p._run([("__exit__", ())]) == [0.0]  # dies mid-task
-        assert p.stats.worker_deaths == 1
-        assert p._run([("__raise__", ())]) == [0.0]
+        assert p._run([(T.exit_, ())]) == [0.0]  # dies mid-task: not retried
+        assert p.stats.worker_deaths == 1 and p.stats.retries == 0
+        assert p._run([(T.raise_, ())]) == [0.0]
         for pid in p.worker_pids:  # both idle workers killed behind the pool's back
             os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
@@ -323,17 +497,60 @@ def test_crashing_and_externally_killed_workers():
 
 
 def test_worker_outputs_are_sanitised(pool):
-    tasks = [("__value__", (v,)) for v in (float("nan"), 5.0, -1.0, "x", None, 0.25, float("inf"))]
+    tasks = [(T.value, (v,)) for v in (float("nan"), 5.0, -1.0, "x", None, 0.25, float("inf"))]
     assert pool._run(tasks) == [0.0, 1.0, 0.0, 0.0, 0.0, 0.25, 0.0]
     assert pool._run([("no_such_task", ())]) == [0.0]
+    assert pool._run([("__sleep__", (0.0,))]) == [0.0]  # the old test hooks are gone from production
 
 
-def test_batch_runs_in_parallel():
-    with RewardPool(num_workers=2, timeout=5.0) as p:
-        p._run([("__sleep__", (0.0,))] * 2)  # both workers up
-        t = time.monotonic()
-        assert p._run([("__sleep__", (0.6,))] * 2) == [1.0, 1.0]
-        assert time.monotonic() - t < 1.1  # 2 x 0.6 s in parallel, not 1.2 s in series
+def _rendezvous(p, folder, n, threads):
+    """Run ``n`` rendezvous tasks (one batch, or one per thread); each scores 1.0 only if all ``n`` ran at
+    once. Generous limits: the check is logical (who saw whom), not a wall clock."""
+    task = (T.rendezvous, (str(folder), n, 60.0))
+    if not threads:
+        return p._run([task] * n)
+    results = [None] * n
+
+    def work(i):
+        results[i] = p._run([task])[0]
+
+    pool_threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for th in pool_threads:
+        th.start()
+    for th in pool_threads:
+        th.join(300)
+    return results
+
+
+def test_batch_runs_in_parallel(tmp_path):
+    with RewardPool(num_workers=3, timeout=120.0) as p:
+        assert _rendezvous(p, tmp_path, 3, threads=False) == [1.0] * 3
+
+
+def test_concurrent_callers_share_all_workers(tmp_path):
+    """N threads with one slow task each, N workers: all N tasks run at the same time (before, one caller's
+    batch held the pool and the others waited while workers sat idle)."""
+    n = 4
+    with RewardPool(num_workers=n, timeout=120.0) as p:
+        assert _rendezvous(p, tmp_path, n, threads=True) == [1.0] * n
+        assert p.stats.timeouts == 0 and len(p.worker_pids) == n
+
+
+def test_a_caller_is_served_while_another_runs_a_long_batch(tmp_path):
+    with RewardPool(num_workers=2, timeout=120.0) as p:
+        p._run([(T.sleep, (0.0,))] * 2)  # both workers up
+        busy = tmp_path / "busy"
+        busy.touch()
+        long_batch = threading.Thread(target=p._run, args=([(T.slow_while_busy, (str(busy),))],))
+        long_batch.start()
+        try:
+            # The other worker serves this caller while the first is still busy with the long task.
+            assert p.math_rewards(["\\boxed{2}", "\\boxed{3}"], ["2", "4"]) == [1.0, 0.0]
+            assert busy.exists() and long_batch.is_alive()
+        finally:
+            busy.unlink()
+            long_batch.join(60)
+        assert not long_batch.is_alive()
 
 
 def test_thread_safety(pool):
@@ -351,7 +568,7 @@ def test_thread_safety(pool):
 
 
 def test_close_reaps_workers_and_pool_restarts():
-    p = RewardPool(num_workers=2, timeout=2.0)
+    p = RewardPool(num_workers=2, timeout=GENEROUS)
     assert p.math_reward("\\boxed{1}", "1") == 1.0
     pids = p.worker_pids
     p.close()
@@ -390,8 +607,14 @@ def test_fork_and_interpreter_exit_leave_no_processes(tmp_path):
     )
     path = tmp_path / "exit_script.py"
     path.write_text(script)
+    # The unit of time: one interpreter that scores one answer and exits, measured now (scales with load).
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=90)
+    base = subprocess.run([sys.executable, "-c", "from brorl import rewards as R\n"
+                           "assert R.math_reward('\\\\boxed{3}', '3') == 1.0"], timeout=SUBPROCESS_LIMIT)
+    assert base.returncode == 0
+    unit = time.monotonic() - t
+    t = time.monotonic()
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=SUBPROCESS_LIMIT)
     assert proc.returncode == 0, proc.stderr
     parent_line, child_line = proc.stdout.splitlines()
     assert child_line.endswith(" ok"), proc.stdout
@@ -400,42 +623,47 @@ def test_fork_and_interpreter_exit_leave_no_processes(tmp_path):
     assert len(parent_pids) == 3 and len(child_pids) == 3 and not set(parent_pids) & set(child_pids)
     time.sleep(0.2)
     assert all(_gone(pid) for pid in parent_pids + child_pids)
-    assert time.monotonic() - t < 60
+    assert time.monotonic() - t < 4 * unit + MARGIN  # parent and child each start a pool; nothing stalls exit
 
 
 def test_workers_do_not_reimport_main_script(tmp_path):
     """A script without a ``__main__`` guard: workers (and their replacements) must not re-run it."""
     path = tmp_path / "unguarded.py"
     path.write_text(textwrap.dedent(
-        """
+        f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(T.__file__)!r})
+        import reward_tasks
         from brorl.rewards import RewardPool
         print("MAIN-RAN", flush=True)
-        p = RewardPool(num_workers=2, timeout=0.5)
-        assert p._run([("__hang__", ())]) == [0.0]  # forces a replacement worker
-        assert p.math_rewards(["\\boxed{2}"] * 4, ["2", "2", "2", "3"]) == [1.0, 1.0, 1.0, 0.0]
+        p = RewardPool(num_workers=2, timeout={GENEROUS})
+        assert p._run([(reward_tasks.hang, ())], timeout=0.5) == [0.0]  # forces replacement workers
+        assert p.math_rewards(["\\boxed{{2}}"] * 4, ["2", "2", "2", "3"]) == [1.0, 1.0, 1.0, 0.0]
         """
     ))
-    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=90)
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=SUBPROCESS_LIMIT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("MAIN-RAN") == 1, proc.stdout
 
 
 def test_spawn_start_method():
-    with RewardPool(num_workers=1, timeout=5.0, start_method="spawn") as p:
+    with RewardPool(num_workers=1, timeout=GENEROUS, start_method="spawn") as p:
         assert p.math_rewards(["\\boxed{\\frac{1}{2}}", "\\boxed{3}"], ["0.5", "4"]) == [1.0, 0.0]
 
 
-def test_timeouts_are_cached_unless_disabled():
+def test_timeouts_are_remembered_unless_disabled():
+    """A real math input that hangs in math-verify (hard timeout): remembered as a timeout (not re-run
+    within ``timeout_ttl``) unless ``cache_timeouts=False``; never stored as a reward."""
     slow = "\\boxed{{{{{{{{{{{{1}}}}}}}}}}}}"
-    with RewardPool(num_workers=1, timeout=0.5, soft_timeout_fraction=0) as p:
+    with RewardPool(num_workers=1, timeout=0.25, soft_timeout_fraction=0, timeout_retries=0) as p:
         assert p.math_reward(slow, "1") == 0.0 and p.stats.timeouts == 1
-        t = time.monotonic()
         assert p.math_reward(slow, "1") == 0.0
-        assert time.monotonic() - t < 0.1 and p.stats.timeouts == 1
-    with RewardPool(num_workers=1, timeout=0.5, soft_timeout_fraction=0, cache_timeouts=False) as p:
+        assert p.stats.timeouts == 1 and p.stats.remembered_timeouts == 1 and not p._cache
+    with RewardPool(num_workers=1, timeout=0.25, soft_timeout_fraction=0, timeout_retries=0,
+                    cache_timeouts=False) as p:
         assert p.math_rewards([slow, slow], ["1", "1"]) == [0.0, 0.0]  # de-duplicated in the batch
         assert p.math_reward(slow, "1") == 0.0
-        assert p.stats.timeouts == 2
+        assert p.stats.timeouts == 2 and not p._cache
 
 
 def test_default_pool_reads_environment(monkeypatch):
@@ -515,9 +743,16 @@ def adversarial_cases(seed: int = 1234, n_bytes: int = 150, n_soup: int = 1050) 
 
 
 def _assert_pool_healthy(p):
-    assert p.math_reward("... \\boxed{\\frac{1}{2}}", "0.5") == 1.0
-    assert p.math_reward("\\boxed{3}", "4") == 0.0
-    assert p.math_reward(COT + "\\boxed{2\\sqrt{3}}", "\\sqrt{12}") == 1.0
+    with _generous(p):
+        assert p.math_reward("... \\boxed{\\frac{1}{2}}", "0.5") == 1.0
+        assert p.math_reward("\\boxed{3}", "4") == 0.0
+        assert p.math_reward(COT + "\\boxed{2\\sqrt{3}}", "\\sqrt{12}") == 1.0
+
+
+def _call_bound(p) -> float:
+    """Longest a single call may take: every attempt ends at the timeout, plus a wait for a replacement
+    worker (in units of the measured start-up time) and IPC."""
+    return (p.timeout_retries + 1) * p.timeout + 4 * p.startup + MARGIN
 
 
 def test_fuzz_single_calls(fuzz_pool):
@@ -530,7 +765,7 @@ def test_fuzz_single_calls(fuzz_pool):
         dt = time.monotonic() - t
         worst = max(worst, dt)
         assert type(r) is float and r in (0.0, 1.0), (completion, gold, r)
-        assert dt < FUZZ_TIMEOUT + MARGIN, (repr(completion)[:200], dt)
+        assert dt < _call_bound(fuzz_pool), (repr(completion)[:200], dt, fuzz_pool.startup)
     _assert_pool_healthy(fuzz_pool)
 
 
@@ -538,12 +773,16 @@ def test_fuzz_batch_via_trl_adapter(fuzz_pool):
     cases = adversarial_cases(seed=99, n_bytes=100, n_soup=600)
     fn = R.make_trl_math_reward(fuzz_pool)
     completions = [c for c, _ in cases]
+    tasks, kills = fuzz_pool.stats.tasks, fuzz_pool.stats.hard_timeouts + fuzz_pool.stats.worker_deaths
     t = time.monotonic()
     out = fn(prompts=[""] * len(cases), completions=completions, answer=[g for _, g in cases], **_trl_kwargs())
     elapsed = time.monotonic() - t
     assert len(out) == len(cases) and all(type(r) is float and 0.0 <= r <= 1.0 for r in out)
-    # Every task is bounded by the timeout, and the batch is spread over both workers.
-    assert elapsed < len(cases) * 0.05 + 30
+    # Every task is bounded by the timeout, the batch is spread over both workers, and each killed worker
+    # costs at most a replacement's start-up.
+    tasks = fuzz_pool.stats.tasks - tasks
+    kills = fuzz_pool.stats.hard_timeouts + fuzz_pool.stats.worker_deaths - kills
+    assert elapsed < tasks * FUZZ_TIMEOUT / 2 + kills * fuzz_pool.startup + 30
     _assert_pool_healthy(fuzz_pool)
 
 
@@ -555,16 +794,17 @@ def test_fuzz_hard_kills_on_real_slow_inputs():
     # Measured on a quiet 2-core machine, each non-prefiltered input needs 0.9-1.5 s of math-verify (the
     # 30-deep one is rejected by the nesting cap first), so at least 3 of them hit the 0.25 s hard timeout
     # (0.5 s once let two finish in time on a loaded machine).
-    with RewardPool(num_workers=2, timeout=0.25, cache_size=0, soft_timeout_fraction=0) as p:
+    with RewardPool(num_workers=2, timeout=0.25, cache_size=0, soft_timeout_fraction=0, timeout_retries=0) as p:
+        p.startup = _startup_seconds(p)
         _assert_pool_healthy(p)
         for text in slow:
             t = time.monotonic()
             assert p.math_reward(text, "3") == 0.0
-            assert time.monotonic() - t < 0.25 + MARGIN
-        assert p.stats.timeouts >= 3
+            assert time.monotonic() - t < _call_bound(p)
+        assert p.stats.hard_timeouts >= 3
         t = time.monotonic()
         assert p.math_rewards(slow * 2, ["3"] * 10) == [0.0] * 10
-        assert time.monotonic() - t < 5 * (0.25 + MARGIN)
+        assert time.monotonic() - t < 5 * _call_bound(p)
         _assert_pool_healthy(p)
 
 

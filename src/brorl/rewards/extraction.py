@@ -1,0 +1,222 @@
+"""Answer extraction, in the parent process: pure Python, linear time, no catastrophic regexes.
+
+What the graders see of a completion (the last ``\\boxed{}``, the text after "answer is", the text in
+``<answer>`` tags) and the cheap checks that refuse an answer before any worker is asked (hidden
+characters, hedges, nesting).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+# One token per brace-relevant event: a "\boxed{" / "\fbox{" opener, an escaped LaTeX brace (ignored,
+# it is a literal brace, not a group), or a plain brace.  Every alternative matches a bounded amount of
+# text, so finditer is linear in the input length.
+_BOX_TOKEN = re.compile(r"\\(?:boxed|fbox)[ \t]{0,8}\{|\\[{}]|[{}]")
+_ANSWER_MARKERS = ("answer is", "answer:", "answer =", "answer would be")
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+_FALLBACK_TAIL_CHARS = 4000
+# A hedged final answer ("142 (or maybe 143)", "\boxed{142 \text{ or } 143}") is not an answer: it scores 0.0
+# unless the gold answer itself reads that way.
+_HEDGE = re.compile(r"\b(?:or|maybe|perhaps|possibly|probably|either|unsure|not\s+sure)\b|\?", re.IGNORECASE)
+# Arrows and ":=" at the top level of an answer are read as "=", so "143 \to 142" is the equation chain it
+# means (and is judged as one, see _false_equation); tokens inside braces (\lim_{x \to 0}) are left alone.
+_ARROW_OR_BRACE = re.compile(
+    r"\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies)(?![A-Za-z])|:=|\\[{}]|[{}]"
+)
+_PERCENT = re.compile(r"\\?%")
+_VISIBLE_CONTROLS = "\t\n\r"
+_OPENERS = "{(["
+_CLOSERS = "})]"
+
+
+def completion_text(completion: Any) -> str | None:
+    """Return the text of a completion, or ``None`` if it has none.
+
+    Accepts what TRL passes: a plain string, or a conversational completion (a list of message dicts,
+    ``[{"role": "assistant", "content": ...}]``, where ``content`` may itself be a list of
+    ``{"type": "text", "text": ...}`` parts).  For a message list the assistant messages are joined
+    (tool-calling completions have several); a list without one gives ``None``.  ``bytes`` are decoded
+    leniently.  Anything else -> ``None``.
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, (bytes, bytearray)):
+        return bytes(completion).decode("utf-8", errors="replace")
+    if isinstance(completion, dict):
+        completion = [completion]
+    if isinstance(completion, (list, tuple)):
+        parts: list[str] = []
+        # Only the model's own turns: a list without an assistant turn has no completion text (another
+        # role's text -- a prompt that contains the answer -- is never scored).  A message without a
+        # role is the model's.
+        assistant = [m for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
+        for message in assistant:
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, (list, tuple)):
+                for part in content:
+                    if isinstance(part, str):
+                        parts.append(part)
+                    elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                        parts.append(part["text"])
+        return "\n".join(parts) if parts else None
+    return None
+
+
+def _clean(text: str) -> str:
+    """Make a short string safe to pickle and parse: drop NULs, replace lone surrogates."""
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", errors="replace").decode("utf-8", errors="replace")
+    return text
+
+
+def _has_hidden_characters(text: str) -> bool:
+    """True if ``text`` holds a control, format or lone-surrogate character other than tab / newline: a NUL
+    or a zero-width space inside "14\\x002" makes it read as 142 once dropped, so such an answer is refused."""
+    return any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") and ch not in _VISIBLE_CONTROLS for ch in text)
+
+
+def _normalize_answer(text: str) -> str:
+    """The answer as graded: percent signs dropped (``50\\%`` is ``50``: DeepScaleR's grader removes them,
+    math-verify accepts the bare form) and top-level arrows / ``:=`` read as ``=``."""
+    text = _PERCENT.sub("", text)
+    if "\\" not in text and ":=" not in text:
+        return text
+    out, depth, last = [], 0, 0
+    for match in _ARROW_OR_BRACE.finditer(text):
+        token = match.group()
+        if token == "{":
+            depth += 1
+        elif token == "}":
+            depth = max(0, depth - 1)
+        elif token[0] == ":" or token[1] not in "{}":
+            if depth == 0:
+                out.append(text[last:match.start()] + " = ")
+                last = match.end()
+    return "".join(out) + text[last:]
+
+
+def _nesting_depth(text: str) -> int:
+    """Maximum nesting depth of ``{([`` brackets in ``text`` (linear; unbalanced closers ignored)."""
+    depth = best = 0
+    for ch in text:
+        if ch in _OPENERS:
+            depth += 1
+            if depth > best:
+                best = depth
+        elif ch in _CLOSERS and depth:
+            depth -= 1
+    return best
+
+
+def extract_boxed(text: str, scan_chars: int = 50_000) -> str | None:
+    """Content of the last *complete* ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, else ``None``.
+
+    "Last" means the one that opens last among those whose braces close, so a completion truncated in
+    the middle of a final ``\\boxed{`` falls back to an earlier complete box, and a nested
+    ``\\boxed{\\boxed{3}}`` yields ``3``.  Escaped braces ``\\{ \\}`` are literal and do not count.
+    Only the last ``scan_chars`` characters are scanned (answers sit at the end); the scan is a single
+    linear pass with a stack, so deeply nested or unclosed input cannot make it slow.
+    """
+    if not isinstance(text, str) or ("boxed" not in text and "fbox" not in text):
+        return None
+    window = text[-scan_chars:] if scan_chars and len(text) > scan_chars else text
+    stack: list[int] = []  # content start for a box opener, -1 for a plain "{"
+    best_start = -1
+    best_end = -1
+    for match in _BOX_TOKEN.finditer(window):
+        token = match.group()
+        if token[0] == "\\":
+            if token[1] in "{}":
+                continue  # escaped literal brace
+            stack.append(match.end())
+        elif token == "{":
+            stack.append(-1)
+        elif stack:  # "}"
+            start = stack.pop()
+            if start > best_start:
+                best_start, best_end = start, match.start()
+    if best_start < 0:
+        return None
+    return window[best_start:best_end]
+
+
+def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[str, str] | None:
+    """Locate the final answer of a math completion.
+
+    Returns ``(kind, answer)`` where ``kind`` is ``"boxed"`` (the answer is a bare LaTeX expression, to be
+    parsed as ``\\boxed{answer}``) or ``"raw"`` (a short snippet containing ``$...$`` math, parsed as-is),
+    or ``None`` when no answer can be found.  Only the text after the last ``</think>`` is searched (the
+    reasoning is not the answer, as in the DeepScaleR grader); a completion that opens ``<think>`` and
+    never closes it (truncated reasoning) has no answer.  Order of preference:
+
+    1. the last complete ``\\boxed{...}``;
+    2. the text after the last "answer is" / "answer:" (up to the end of that line);
+    3. the last number in the completion's tail.
+    """
+    text = completion_text(completion)
+    if not text:
+        return None
+    think_end = text.rfind("</think>")
+    if think_end >= 0:
+        text = text[think_end + len("</think>"):]
+    elif "<think>" in text:
+        return None
+    boxed = extract_boxed(text, scan_chars)
+    if boxed is not None:
+        return ("boxed", boxed)
+    tail = text[-_FALLBACK_TAIL_CHARS:]
+    lower = tail.lower()
+    best_idx, best_marker = -1, ""
+    for marker in _ANSWER_MARKERS:
+        idx = lower.rfind(marker)
+        if idx > best_idx:
+            best_idx, best_marker = idx, marker
+    if best_idx >= 0:
+        snippet = tail[best_idx + len(best_marker):]
+        newline = snippet.find("\n")
+        if newline >= 0:
+            snippet = snippet[:newline]
+        snippet = snippet.strip().lstrip(":=").strip().rstrip(".").strip()
+        if snippet:
+            if "$" in snippet or "\\(" in snippet or "\\[" in snippet:
+                return ("raw", snippet)
+            return ("boxed", snippet)
+    last = None
+    for last in _NUMBER.finditer(tail):
+        pass
+    if last is not None:
+        return ("boxed", last.group().replace(",", ""))
+    return None
+
+
+def extract_reasoning_gym_answer(completion: Any) -> str | None:
+    """Answer text of a Reasoning Gym completion, or ``None``.
+
+    The text inside the last ``<answer>...</answer>`` pair, stripped (same result as
+    ``reasoning_gym.utils.extract_answer``, but with ``str.rfind`` instead of a regex).  Without a
+    complete tag pair, the text after the last ``</think>``; a completion that opens ``<think>`` and never
+    closes it (truncated reasoning) has no answer; otherwise the whole completion.
+    """
+    text = completion_text(completion)
+    if text is None:
+        return None
+    end = text.rfind("</answer>")
+    if end >= 0:
+        start = text.rfind("<answer>", 0, end)
+        if start >= 0:
+            return text[start + len("<answer>"):end].strip()
+    think_end = text.rfind("</think>")
+    if think_end >= 0:
+        return text[think_end + len("</think>"):].strip()
+    if "<think>" in text:
+        return None
+    return text.strip()

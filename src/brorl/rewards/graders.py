@@ -1,0 +1,126 @@
+"""The graders, run in the pool's worker processes: math (math-verify) and Reasoning Gym.
+
+``_TASKS`` is the production task table (name -> function run in a worker); ``_PREPARE`` holds one-time set-up
+run before a task's deadline starts; ``_DOMAIN_MODULES`` the libraries a worker imports before it is ready.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable
+from typing import Any
+
+# Domains a worker can serve, and the modules each one needs imported before the worker is "ready".
+# Imports happen at worker start-up (outside any task deadline), never inside a timed task.
+_DOMAIN_MODULES = {
+    "math": ("math_verify",),
+    "reasoning_gym": ("reasoning_gym",),
+}
+
+_GOLD_CACHE: collections.OrderedDict = collections.OrderedDict()
+_GOLD_CACHE_SIZE = 4096
+_RG_SCORERS: dict[str, Callable] = {}
+
+
+def _mv_parse(text: str):
+    from math_verify import parse
+
+    # Timeouts are ours (soft timer + hard kill); math-verify's signal.alarm is switched off.
+    return parse(text, parsing_timeout=None)
+
+
+def _parse_gold(gold: str):
+    cached = _GOLD_CACHE.get(gold)
+    if cached is not None:
+        _GOLD_CACHE.move_to_end(gold)
+        return cached
+    # A bare gold answer ("2\\sqrt{3}") must be parsed as LaTeX: plain parse() would read "2".
+    if "\\boxed" in gold or "$" in gold or "\\(" in gold or "\\[" in gold:
+        parsed = _mv_parse(gold)
+    else:
+        parsed = _mv_parse("\\boxed{" + gold + "}") or _mv_parse(gold)
+    _GOLD_CACHE[gold] = parsed
+    if len(_GOLD_CACHE) > _GOLD_CACHE_SIZE:
+        _GOLD_CACHE.popitem(last=False)
+    return parsed
+
+
+def _task_math(kind: str, answer: str, gold: str) -> float:
+    """Verify one extracted answer against one gold answer with math-verify (gold first)."""
+    from math_verify import verify
+
+    gold_parsed = _parse_gold(gold)
+    if not gold_parsed:
+        return 0.0
+    pred_parsed = _mv_parse("\\boxed{" + answer + "}" if kind == "boxed" else answer)
+    if not pred_parsed or _false_equation(pred_parsed[0]):
+        return 0.0
+    return 1.0 if verify(gold_parsed, pred_parsed, timeout_seconds=None) else 0.0
+
+
+def _false_equation(expr) -> bool:
+    """True if ``expr`` is an equation (or chain of them) whose numeric sides disagree, like ``143 = 142``.
+
+    math-verify compares only the last side of an equation with the gold (so that ``x = 142`` is 142), which
+    would pay ``\\boxed{143 = 142}`` for 142.  DeepScaleR's grader pays neither (it strips only a short left
+    side such as ``x =``).  Decision: a definition (``x = 142``, ``f(2) = 142``: a side that is not a number)
+    is graded on its value, as math-verify does; a computation chain pays only if it is true
+    (``\\frac{10}{2} = 5`` for 5); a false statement never pays.
+    """
+    import sympy
+    from math_verify import verify
+
+    parts = expr.args if isinstance(expr, sympy.And) else (expr,)
+    numbers = [side for eq in parts if isinstance(eq, sympy.Equality) for side in eq.args
+               if getattr(side, "is_number", False)]
+    return any(not verify(numbers[0], side, timeout_seconds=None) for side in numbers[1:])
+
+
+def _prepare_reasoning_gym(answer: str, entry: dict) -> None:
+    """Build the entry's Reasoning Gym scorer once per worker, outside the task's deadline: a scorer is its
+    dataset's instance, and some load data first (``arc_agi``: about 1.3 s on a quiet machine, many times
+    that on a busy one -- too slow to share a 3 s deadline with the scoring)."""
+    name = entry["metadata"]["source_dataset"]
+    if name not in _RG_SCORERS:
+        import reasoning_gym
+
+        _RG_SCORERS[name] = reasoning_gym.get_score_answer_fn(name)
+
+
+def _task_reasoning_gym(answer: str, entry: dict) -> float:
+    """Score with the entry's own Reasoning Gym dataset scorer (built by :func:`_prepare_reasoning_gym`)."""
+    return _RG_SCORERS[entry["metadata"]["source_dataset"]](answer, entry)
+
+
+# The production task table.  Tests run their own tasks (a hang, a slow answer, a crash) by passing a
+# module-level function instead of a name: it is pickled by reference and imported in the worker, so no
+# test hook ships here.
+_TASKS: dict[str, Callable[..., Any]] = {
+    "math": _task_math,
+    "reasoning_gym": _task_reasoning_gym,
+}
+# One-time set-up a task needs in its worker (same arguments), run before its deadline starts: the worker
+# says "started" when done, and the parent allows ``startup_timeout`` until then.
+_PREPARE: dict[str, Callable[..., None]] = {"reasoning_gym": _prepare_reasoning_gym}
+_TASK_DOMAIN = {"math": "math", "reasoning_gym": "reasoning_gym"}
+
+
+def _load_domains(domains: Iterable[str]) -> str:
+    """Import and warm up what the given domains need (called before a worker reports ready).
+
+    Returns "" if all is well, else a description of what failed (the parent logs it).
+    """
+    import importlib
+
+    problems = []
+    for domain in domains:
+        try:
+            for module in _DOMAIN_MODULES.get(domain, ()):
+                importlib.import_module(module)
+            # The first parse compiles regexes and builds the ANTLR parser (~0.1 s): not inside a task.
+            # It doubles as a self-test (e.g. of the memory limit).
+            if domain == "math" and _task_math("boxed", "\\frac{1}{2}", "0.5") != 1.0:
+                problems.append("math-verify self-test (1/2 == 0.5) failed")
+        except BaseException as exc:  # noqa: BLE001 - report, never die
+            problems.append(f"{domain}: {type(exc).__name__}: {exc}")
+    return "; ".join(problems)
