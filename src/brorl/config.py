@@ -123,6 +123,10 @@ def cross_field_errors(config: dict) -> list[str]:
             if name not in (config.get("checkpoints", {}).get("fetch") or {}):
                 errors.append(f"evaluation.models[{i}]: {name!r} is not a fetched checkpoint "
                               "(checkpoints.fetch) [rule: evaluated models exist]")
+    scan = config.get("rg_difficulty")
+    if isinstance(scan, dict) and scan.get("model") not in (config.get("checkpoints", {}).get("fetch") or {}):
+        errors.append(f"rg_difficulty.model: {scan.get('model')!r} is not a fetched checkpoint (checkpoints.fetch) "
+                      "[rule: measured model exists]")
     return errors
 
 

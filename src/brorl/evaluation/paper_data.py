@@ -666,6 +666,7 @@ def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
     unknown = [t for t in tasks if t not in task_cats]
     if unknown:
         raise ValueError(f"not reasoning-gym tasks of the categories {list(params['categories'])}: {unknown}")
+    configs = params.get("task_configs") or {}  # task -> its dataset config keys (default: reasoning-gym's)
     records, no_gold, mismatch, below_one = [], [], [], []
     for task in tasks:
         # Some generators draw from the global RNGs (list_functions calls random.randint; codeio runs code
@@ -673,7 +674,7 @@ def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
         random.seed(f"brorl-rg:{seed}:{task}")
         _seed_numpy(seed, task)
         with contextlib.redirect_stdout(io.StringIO()):  # a few generators print
-            ds = reasoning_gym.create_dataset(task, seed=seed, size=n)
+            ds = reasoning_gym.create_dataset(task, seed=seed, size=n, **configs.get(task, {}))
             items = [ds[i] for i in range(n)]
         score = reasoning_gym.get_score_answer_fn(task)  # what brorl.rewards scores with
         for i, item in enumerate(items):
@@ -697,7 +698,8 @@ def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
                 "id": f"{task}-{i:03d}", "benchmark": "reasoning_gym", "category": task_cats[task], "task": task,
                 "prompt": question + PROMPT_SEPARATOR + RG_INSTRUCTION, "problem": question,
                 "answer": "" if answer is None else str(answer), "entry": entry,
-                "source": f"reasoning-gym=={version} {task} seed={seed} index={i}"})
+                "source": f"reasoning-gym=={version} {task} seed={seed} index={i}"
+                          + (f" config={json.dumps(configs[task], sort_keys=True)}" if task in configs else "")})
     report = {"reasoning_gym": version, "n_tasks": len(tasks),
               "categories": {c: sum(1 for t in tasks if task_cats[t] == c) for c in params["categories"]},
               "tasks_without_gold": sorted(set(no_gold)), "gold_changes_through_json": sorted(set(mismatch)),
@@ -707,13 +709,17 @@ def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
 
 def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SAMPLES_PER_TASK,
                            tasks: Sequence[str] | None = None, categories: Sequence[str] = RG_CATEGORIES,
-                           timeout: float | None = 3600) -> tuple[list[dict], dict]:
+                           timeout: float | None = 3600,
+                           task_configs: Mapping[str, Mapping] | None = None) -> tuple[list[dict], dict]:
     """The Reasoning Gym records and a generation report, made in a child process with ``PYTHONHASHSEED=0``
-    (offline: reasoning-gym ships its data). ``tasks`` None: every task of ``categories``."""
+    (offline: reasoning-gym ships its data). ``tasks`` None: every task of ``categories``. ``task_configs``: task ->
+    its reasoning-gym dataset config keys (a difficulty, e.g. ``{"max_terms": 2}``); default: reasoning-gym's."""
     if int(samples_per_task) < 1:
         raise ValueError(f"samples_per_task must be >= 1, got {samples_per_task}")
     params = {"seed": int(seed), "samples_per_task": int(samples_per_task),
               "tasks": None if tasks is None else list(tasks), "categories": list(categories)}
+    if task_configs:  # only when given: the parameters (and the records) of existing runs stay as they were
+        params["task_configs"] = {t: dict(c) for t, c in task_configs.items()}
     src_root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONHASHSEED": "0",
            "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH")) if p)}
@@ -859,7 +865,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
                       dest_jsonl: str | os.PathLike[str], *, revision: str | None = None,
                       snapshot_dir: str | os.PathLike[str] | None = None, spec: BenchmarkSpec | None = None,
                       refresh: bool = False, samples_per_task: int = RG_SAMPLES_PER_TASK, seed: int = RG_SEED,
-                      tasks: Sequence[str] | None = None,
+                      tasks: Sequence[str] | None = None, task_configs: Mapping[str, Mapping] | None = None,
                       log_fn: Callable[[str], None] | None = None) -> dict:
     """Fetch (or generate) benchmark ``name`` and cache it as JSONL at ``dest_jsonl``; idempotent.
 
@@ -867,8 +873,8 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
     real Hugging Face Hub, refused offline; a folder = a local stand-in; ignored for ``reasoning_gym``).
     ``revision`` overrides the table's (placeholder) revision; ``snapshot_dir`` defaults to
     ``<dest folder>/snapshot`` (fetch manifest beside it); ``spec`` replaces the table entry (other copies or
-    column names). Reasoning Gym only: ``samples_per_task`` (100), ``seed`` and ``tasks`` (a subset of task
-    names; default all tasks of the 11 categories).
+    column names). Reasoning Gym only: ``samples_per_task`` (100), ``seed``, ``tasks`` (a subset of task
+    names; default all tasks of the 11 categories) and ``task_configs`` (see :func:`generate_reasoning_gym`).
 
     Returns ``{"status": "prepared" | "verified" | "replaced" | "restored", "benchmark", "dest", "meta",
     "n_records", "sha256", "commit", "snapshot_checked", "report", "fetch"}``. ``verified``: the cached file
@@ -891,6 +897,8 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
         rg = {"seed": int(seed), "samples_per_task": int(samples_per_task),
               "tasks": None if tasks is None else sorted(tasks), "categories": list(RG_CATEGORIES),
               "reasoning_gym": _version("reasoning-gym")}
+        if task_configs:  # only when given: existing requests (and their cached files) stay valid
+            rg["task_configs"] = {t: dict(c) for t, c in sorted(task_configs.items())}
         revision = None
     else:
         revision = revision or spec.revision or "main"
@@ -909,7 +917,8 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
 
     fetched = None
     if spec.generated:
-        records, report = generate_reasoning_gym(seed=seed, samples_per_task=samples_per_task, tasks=tasks)
+        records, report = generate_reasoning_gym(seed=seed, samples_per_task=samples_per_task, tasks=tasks,
+                                                 task_configs=task_configs)
         missing = [c for c, n in report["categories"].items() if n == 0]
         if tasks is None and missing:
             report["missing_categories"] = missing

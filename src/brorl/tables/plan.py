@@ -23,6 +23,7 @@ DEFAULT_BENCHMARKS = {
     "ci": list(TINY),
     # No code evaluation exists yet: the paper plan leaves the code benchmarks out (Table 4 says so).
     "paper": [*MATH, *OTHER, REASONING_GYM],
+    "small": [REASONING_GYM],
 }
 
 _ARM_MODEL = re.compile(r"(n\d+|schedule)-seed(\d+)")
@@ -104,6 +105,6 @@ class Plan:
             benchmarks = DEFAULT_BENCHMARKS.get(store.profile, list(TINY))
         order = {b: i for i, b in enumerate([*MATH, *CODE, *OTHER, REASONING_GYM, *TINY])}
         benchmarks = sorted(set(benchmarks), key=lambda b: (order.get(b, len(order)), b))
-        train_prorl = store.profile != "paper" or any(r.rule == RULE_PRORL for r in recs)
+        train_prorl = store.profile not in ("paper", "small") or any(r.rule == RULE_PRORL for r in recs)
         return cls(profile=store.profile, arms=arms, seeds=seeds, benchmarks=benchmarks,
                    extra_models=sorted(set(extra)), train_prorl=train_prorl)

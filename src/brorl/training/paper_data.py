@@ -91,6 +91,8 @@ class TrainDataSettings:
     reasoning_gym_seed: int = RG_TRAIN_SEED
     reasoning_gym_tasks: tuple[str, ...] = ()
     """A subset of Reasoning Gym tasks (empty: every task of the 11 categories). Tests use a few."""
+    reasoning_gym_task_configs: Mapping[str, Mapping] = field(default_factory=dict)
+    """Task -> its reasoning-gym dataset config keys (a difficulty; small profile); default: reasoning-gym's."""
     split_seed: int = 0
     revisions: Mapping[str, str] = field(default_factory=dict)
     """Pinned hub revision (commit) per hub source; default: the table's ``main`` (the manifest records the commit)."""
@@ -183,7 +185,8 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
         kwargs = {}
         if spec.generated:
             kwargs = {"samples_per_task": s.reasoning_gym_samples_per_task, "seed": s.reasoning_gym_seed,
-                      "tasks": list(s.reasoning_gym_tasks) or None}
+                      "tasks": list(s.reasoning_gym_tasks) or None,
+                      "task_configs": dict(s.reasoning_gym_task_configs) or None}
         info = bench_data.prepare_benchmark(name, source, raw, spec=spec, revision=s.revisions.get(name),
                                             log_fn=say, **kwargs)
         records = [training_record(name, spec.kind, r) for r in bench_data.read_table(raw)]

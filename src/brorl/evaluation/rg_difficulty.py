@@ -1,0 +1,84 @@
+"""The start model's pass rates on Reasoning Gym tasks, and the tasks whose prompts sit in BroRL's band.
+
+For a candidate list of Reasoning Gym tasks (at reasoning-gym's default settings, or the dataset config keys of
+``task_configs``: a difficulty), ``prompts`` problems each are
+generated (:func:`brorl.evaluation.paper_data.generate_reasoning_gym`: RG's own prompt text, in the user turn
+under the model's chat template, exactly as training and the lm-eval task see it), ``k`` completions per
+problem are sampled with the training engine and temperature, and each is scored with the training reward
+(:func:`brorl.training.paper_data.make_paper_reward`: the last ``<answer>`` pair, the task's own verifier, a
+completion cut off at ``max_new_tokens`` scores 0). A completion *passes* when it scores 1 (some verifiers
+give partial credit, e.g. ``basic_arithmetic`` to a near number).
+
+:func:`pick` keeps a task when its mean pass rate lies in ``[low, high]`` (BroRL's band: prompts that are
+neither solved nor hopeless, between ~1/64 and ~1/2) and it has at least one prompt with 0 < passes < k (so
+GRPO-style groups carry signal at the training N).
+"""
+
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Sequence
+
+BAND = (1 / 64, 1 / 2)
+
+
+def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int, max_new_tokens: int,
+            temperature: float = 1.0, seed: int = 0, rg_seed: int = 777, engine: str = "prefix_tree",
+            chunk_samples: int = 64, task_configs: dict | None = None, log=print) -> list[dict]:
+    """One row per problem: task, id, passes (of k), truncated (of k), mean completion tokens, seconds."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.models.sampling import SAMPLERS
+    from brorl.tasks.core import format_prompt
+    from brorl.training.paper_data import make_paper_reward, training_record
+
+    records, _ = generate_reasoning_gym(seed=rg_seed, samples_per_task=prompts, tasks=list(tasks),
+                                        task_configs=task_configs)
+    records = [training_record("reasoning_gym", "reasoning_gym", r) for r in records]
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    reward = make_paper_reward(records, tok)
+    eos, rows = tok.eos_token_id, []
+    for i, r in enumerate(records):
+        ids = tok(format_prompt(tok, r), add_special_tokens=False).input_ids
+        t0 = time.perf_counter()
+        block = SAMPLERS[engine](model, [ids], k, max_new_tokens, eos, tok.pad_token_id, temperature=temperature,
+                                 seed=seed + i, chunk_samples=chunk_samples)[0]
+        seconds = time.perf_counter() - t0
+        comps = [row[: row.index(eos) + 1] if eos in row else row for row in block.tolist()]
+        scores = reward(None, None, comps, [i] * k)
+        rows.append({"task": r["rg_task"], "id": r["id"], "k": k, "passes": sum(s >= 1.0 for s in scores),
+                     "truncated": sum(eos not in c for c in comps),
+                     "mean_tokens": round(sum(map(len, comps)) / k, 1), "prompt_tokens": len(ids),
+                     "seconds": round(seconds, 1)})
+        log(f"[difficulty] {r['id']}: {rows[-1]['passes']}/{k} pass, {rows[-1]['truncated']} truncated, "
+            f"{rows[-1]['mean_tokens']} tokens, {seconds:.0f} s")
+    return rows
+
+
+def pick(rows: Sequence[dict], low: float = BAND[0], high: float = BAND[1]) -> list[dict]:
+    """Per task: mean pass rate, share of prompts strictly between 0 and 1, in band or not."""
+    out = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        mine = [r for r in rows if r["task"] == task]
+        rates = [r["passes"] / r["k"] for r in mine]
+        mean = sum(rates) / len(rates)
+        mixed = sum(0 < x < 1 for x in rates) / len(rates)
+        out.append({"task": task, "prompts": len(mine), "mean_pass_rate": round(mean, 4),
+                    "mixed_share": round(mixed, 3),
+                    "truncated_share": round(sum(r["truncated"] for r in mine) / sum(r["k"] for r in mine), 3),
+                    "picked": low <= mean <= high and mixed > 0})
+    return out
+
+
+def write_csv(path: str | Path, rows: Sequence[dict]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)

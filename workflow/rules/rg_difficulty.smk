@@ -1,0 +1,31 @@
+# The start model's pass rates on candidate Reasoning Gym tasks, and the tasks in BroRL's band (config section
+# `rg_difficulty`, small profile; brorl.evaluation.rg_difficulty). The model is a fetched checkpoint (its manifest
+# is the input). The picked tasks are read by a person into rl.data.reasoning_gym_tasks (README, "Small profile").
+RG_DIFFICULTY = ["results/data/rg_difficulty.csv", "results/data/rg_difficulty_tasks.csv"] if "rg_difficulty" in config else []
+DATA_OUTPUTS += RG_DIFFICULTY
+
+if RG_DIFFICULTY:
+
+    rule rg_difficulty:
+        input:
+            model=f"resources/models/{config['rg_difficulty']['model']}.manifest.json",
+        output:
+            csv=RG_DIFFICULTY[0],
+            tasks=RG_DIFFICULTY[1],
+        params:
+            rule_name="rg_difficulty",
+            cfg=as_json({k: v for k, v in config["rg_difficulty"].items() if k != "model"}),
+            model=f"resources/models/{config['rg_difficulty']['model']}",
+            tracking=TRACKING,
+            profile=PROFILE,
+        log:
+            "logs/data/rg_difficulty.log",
+        benchmark:
+            "logs/benchmarks/rg_difficulty.tsv"
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} brorl rg-difficulty --rule {params.rule_name} --profile {params.profile}"
+            " --config {params.cfg:q} --tracking {params.tracking:q} --model {params.model}"
+            " --csv {output.csv} --tasks-csv {output.tasks} 2>&1 | tee {log}"
