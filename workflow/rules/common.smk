@@ -1,11 +1,14 @@
 # Shared helpers: config validation (before any job), MLflow settings, JSON params for the CLI.
 import json
 import os
+import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
 from brorl.config import ConfigError, validate_workflow_config
+from brorl.evaluation.paper_data import benchmark_spec, check_gated_access
+from brorl.fetch import FetchError, pin_hint, unpinned
 
 # The files Snakemake merged (the default or the --configfile ones, in order) and --config: errors name file:line.
 try:
@@ -16,7 +19,8 @@ except ConfigError as err:
 
 PROFILE = config["profile"]
 if "sandbox" in config:  # the code sandbox's switch reaches every job (and lm-eval, accelerate ranks) this way
-    os.environ["BRORL_SANDBOX_ALLOW_UNCONFINED"] = "1" if config["sandbox"].get("allow_unconfined") else "0"
+    # (set, not read: nothing a user must define, so no `envvars:` directive)
+    os.environ.update(BRORL_SANDBOX_ALLOW_UNCONFINED="1" if config["sandbox"].get("allow_unconfined") else "0")
 TRACKING = json.dumps(config["tracking"], sort_keys=True)
 
 
@@ -27,6 +31,46 @@ def as_json(section):
 
 onstart:
     shell("brorl init-tracking --tracking {TRACKING:q}")
+
+
+# Checks while the DAG is built (fetch.smk, evaluation.smk): pinned hub sources, gated benchmarks.
+def stop_before_any_job(check):
+    """Run ``check`` while the DAG is built: its FetchError stops a real run before any job; a dry run warns."""
+    try:
+        check()
+    except FetchError as err:
+        if not workflow.dryrun:
+            raise
+        print(f"WARNING (a real run stops here): {err}", file=sys.stderr)
+
+
+def pinned_input(output, sources, key):
+    """An input function (no input) refusing, in the paper profile, hub sources not pinned to a commit unless
+    checkpoints.allow_unpinned: ``sources(wildcards)`` -> {name: (revision, commit)}, ``key``: where the pin goes.
+    Nothing to check once ``output(wildcards)`` exists. (The job's command checks again.)"""
+
+    def check(wildcards):
+        if PROFILE == "paper" and not ALLOW_UNPINNED and not Path(output(wildcards)).exists():
+            stop_before_any_job(lambda: unpinned(sources(wildcards), allow=False, how=pin_hint(key(wildcards))))
+        return []
+
+    return check
+
+
+def gated_token_check(wildcards):
+    """No input; stops the DAG (before any job) when a gated benchmark must come from the hub without a token."""
+    spec = benchmark_spec(wildcards.benchmark)
+    if not Path(BENCH_FILES[spec.name]).exists():
+        stop_before_any_job(lambda: check_gated_access(spec, config["checkpoints"].get("source"),
+                                                       Path(BENCH_FILES[spec.name]).parent / "snapshot"))
+    return []
+
+
+def benchmark_revision(wildcards):
+    """{benchmark: (revision, None)} of a hub benchmark (none for a generated one), for the pin check."""
+    spec = benchmark_spec(wildcards.benchmark)
+    revisions = config["evaluation"].get("revisions") or {}
+    return {} if spec.generated else {spec.name: (revisions.get(spec.name) or spec.revision, None)}
 
 
 def eval_data(benchmark):

@@ -4,7 +4,7 @@
 # vLLM on GPUs (paper profile) one job per (model, benchmark), so a cluster runs them side by side. Models: the starting checkpoint (`prorl`)
 # and every arm's final checkpoint per seed (`<arm>-seed<s>`). Results are cached in resources/eval-cache by
 # the checkpoint's content hash and the task config, so a changed model is never served stale scores.
-from brorl.evaluation.paper_data import benchmark_data_root, benchmark_spec, check_gated_access
+from brorl.evaluation.paper_data import benchmark_data_root
 
 EVAL = "evaluation" in config
 EVAL_MODELS = {}
@@ -27,23 +27,6 @@ PAPER_BENCH = [b for b in EVAL_BENCHMARKS if not b.startswith("tiny_")]
 SHARE_GATED = EVAL and bool(config["evaluation"].get("share_gated"))
 BENCH_FILES = {b: f"{benchmark_data_root(b, SHARE_GATED)}/{b}/test.jsonl" for b in PAPER_BENCH}
 DATA_OUTPUTS += [path for path in BENCH_FILES.values() if path.startswith("results/")]
-
-
-def gated_token_check(wildcards):
-    """No input; stops the DAG (before any job) when a gated benchmark must come from the hub without a token."""
-    spec = benchmark_spec(wildcards.benchmark)
-    if not Path(BENCH_FILES[spec.name]).exists():
-        stop_before_any_job(lambda: check_gated_access(spec, config["checkpoints"].get("source"),
-                                                       Path(BENCH_FILES[spec.name]).parent / "snapshot"))
-    return []
-
-
-def benchmark_revision(wildcards):
-    """{benchmark: (revision, None)} of a hub benchmark (none for a generated one), for the pin check."""
-    spec = benchmark_spec(wildcards.benchmark)
-    revisions = config["evaluation"].get("revisions") or {}
-    return {} if spec.generated else {spec.name: (revisions.get(spec.name) or spec.revision, None)}
-
 
 
 if PAPER_BENCH:

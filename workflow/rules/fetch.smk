@@ -1,9 +1,6 @@
 # Starting checkpoints that come from the hub (paper profile): pinned revisions, verified manifests.
 # The tiny profile fetches nothing: its models are trained by the pipeline (workflow/rules/models.smk).
 import re
-import sys
-
-from brorl.fetch import FetchError, pin_hint, unpinned
 
 FETCH = config["checkpoints"]["fetch"]
 # Paper profile: sources not pinned to a commit are refused by their job unless this switch allows them (the
@@ -13,28 +10,6 @@ FETCHED = [f"resources/models/{name}" for name in FETCH]
 FETCH_MANIFESTS = [f"resources/models/{name}.manifest.json" for name in FETCH]
 DATA_OUTPUTS = ["results/data/paper_data_blend.csv", "results/data/paper_data_blend.md"]
 
-
-def stop_before_any_job(check):
-    """Run ``check`` while the DAG is built: its FetchError stops a real run before any job; a dry run warns."""
-    try:
-        check()
-    except FetchError as err:
-        if not workflow.dryrun:
-            raise
-        print(f"WARNING (a real run stops here): {err}", file=sys.stderr)
-
-
-def pinned_input(output, sources, key):
-    """An input function (no input) refusing, in the paper profile, hub sources not pinned to a commit unless
-    checkpoints.allow_unpinned: ``sources(wildcards)`` -> {name: (revision, commit)}, ``key``: where the pin goes.
-    Nothing to check once ``output(wildcards)`` exists. (The job's command checks again.)"""
-
-    def check(wildcards):
-        if PROFILE == "paper" and not ALLOW_UNPINNED and not Path(output(wildcards)).exists():
-            stop_before_any_job(lambda: unpinned(sources(wildcards), allow=False, how=pin_hint(key(wildcards))))
-        return []
-
-    return check
 
 if FETCH:
 
