@@ -10,7 +10,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench clean
+.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench clean study-docs
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,10 @@ test-fast: setup           ## the unit tests only (no end-to-end Snakemake/DVC/M
 
 pull: setup                ## fresh clone: fetch DVC-tracked outputs and mark them up to date
 	$(BIN)/brorl pull --configfile $(CONFIG)
+
+STUDY_DOCS ?= docs/results/study/batch_vs_n
+study-docs:                ## copy the study's generated summary (results/study/) to $(STUDY_DOCS)
+	mkdir -p $(STUDY_DOCS) && cp results/study/summary.md results/study/summary.csv results/study/*.png $(STUDY_DOCS)/
 
 report: setup
 	$(BIN)/snakemake --report report.html --configfile $(CONFIG)

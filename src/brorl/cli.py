@@ -337,7 +337,8 @@ def cmd_study_summary(args) -> int:
         verdicts = write_summary(cfg["rl"], cfg["study"], args.results, args.md, args.csv, args.png_delta,
                                  args.png_base)
         mlflow.log_metrics({f"delta/{k}": v["delta"] for k, v in verdicts.items()})
-        for path in (args.md, args.csv, args.png_delta, args.png_base):
+        beside = [str(Path(args.md).parent / name) for name in ("budget.png", "saturation.png")]
+        for path in (args.md, args.csv, args.png_delta, args.png_base, *beside):
             mlflow.log_artifact(path)
     return 0
 
