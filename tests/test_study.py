@@ -20,7 +20,8 @@ def test_study_profile_runs_the_issue_geometry():
     rl, study = cfg["rl"], cfg["study"]
     assert len(study["seeds"]) >= 3 and study["ns"] == [16, 64, 256, 512] and reference_n(study) == 16
     assert set(study["ablations"]) == {"fewer_prompts", "paper_prompts", "fresh", "no_kl", "late_start",
-                                       "lr_sqrt", "equal_time"}
+                                       "lr_sqrt", "equal_time", "paper_comparison", "paper_comparison_const",
+                                       "factorial_s", "factorial_8s"}
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
     # equal generated samples per step and in total, one generation round (no refill), many prompts at N=512
     assert {s.samples_per_step for s in base.values()} == {study["samples_per_step"]}
@@ -33,7 +34,9 @@ def test_study_profile_runs_the_issue_geometry():
     assert plan["fewer_prompts"] == {16: BASE, 512: "fewer_prompts"}  # only N=512 changes: N=16 is reused
     assert all(plan[s] == {16: s, 512: s} for s in ("paper_prompts", "fresh", "no_kl", "late_start", "lr_sqrt",
                                                      "equal_time"))
-    assert len(arm_jobs(rl, study)) == 4 + 1 + 6 * 2
+    # the equal-samples-per-step study: 4 base arms, fewer_prompts' N=512, 2 for each of the other six; issue 16's
+    # settings add paper_comparison's 2, one per factorial cell not shared, and 2 per budget setting but base's 4
+    assert len(arm_jobs(rl, study)) == 4 + 1 + 6 * 2 + 2 + 2 + 2 * 4 + 2 * 2
     assert arm_spec(rl, study, "fresh", 16)["pool"] == "fresh"
     assert arm_spec(rl, study, "late_start", 512)["start"] == "late"
     assert stage_for(rl, study, "no_kl", 512, 0)["beta"] == 0.0
@@ -161,10 +164,21 @@ def test_paper_study_plan_starts_from_the_fetched_checkpoint():
     assert study_errors(cfg) == []
     assert starts(rl) == {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
     assert pools(rl) == {"fixed": "results/data/rl"}
+    # the base comparison is BroRL's Table 1: N=16 x 512 prompts vs N=512 x 128 (8x the samples per step), sqrt lr
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
-    assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 4096  # the paper's 128 at N=512
-    assert {s.samples_per_step for s in base.values()} == {65536} and base[16].generation_engine == "vllm"
-    assert len(arm_jobs(rl, study)) == 4 + 1 + 4 * 2
+    assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 512
+    assert (base[16].samples_per_step, base[512].samples_per_step) == (8192, 65536)
+    assert base[16].sample_budget == base[512].sample_budget and base[16].generation_engine == "vllm"
+    from brorl.training.trainer import learning_rate
+
+    assert learning_rate(base[512]) == pytest.approx(learning_rate(base[16]) * 8 ** 0.5)
+    # equal samples per step is the named ablation (N=16 x 4,096 prompts); the factorial shares its arms
+    equal = RLSettings.from_dict(stage_for(rl, study, "equal_samples_per_step", 16, 0))
+    assert equal.prompts_per_step == 4096 and equal.sample_budget == base[16].sample_budget
+    plan = study_plan(rl, study)
+    assert plan["factorial_s"] == {16: BASE, 512: "factorial_s"}
+    assert plan["factorial_8s"] == {16: "equal_samples_per_step", 512: BASE}
+    assert {"base_x4", "base_x16"} <= set(plan) and len(arm_jobs(rl, study)) == 18
     late = RLSettings.from_dict(late_start_stage(rl, study))
     assert (late.n_rollouts, late.prompts_per_step, late.max_steps) == (16, 512, 535)
     h = heldout_settings(rl, study)

@@ -7,6 +7,7 @@ Config (``study`` section, ``config/study.yaml``; every stage also takes ``rl.re
       ns: [16, 64, 256, 512]        # N of the base setting
       ablation_ns: [16, 512]        # N of each ablation (the reference N = min(ns) and the paper's N)
       samples_per_step: 16384       # every arm generates N x prompts_per_step = this many samples a step
+      prompts_per_step: {512: 128}  # optional: as the axis below, for the base and every setting (paper profile)
       steps: 6                      # -> samples_per_step x steps generated samples per arm
       settings: {...}               # RLSettings for every study stage (on top of rl.recipe)
       fresh_pool_size: 65536        # `pool: fresh`: a train pool this large (no prompt seen twice)
@@ -103,8 +104,9 @@ def family(study: dict, setting: str) -> tuple[str, int]:
 
 
 def _axes(study: dict, setting: str) -> dict:
+    common = {"prompts_per_step": study["prompts_per_step"]} if study.get("prompts_per_step") else {}
     if setting == BASE:
-        return {"ns": study["ns"]}
+        return {"ns": study["ns"], **common}
     if setting in budget_settings(study):
         parent, m = budget_settings(study)[setting]
         ax = _axes(study, parent)
@@ -112,7 +114,7 @@ def _axes(study: dict, setting: str) -> dict:
             return {**ax, "time_budget_s": ax["time_budget_s"] * m}
         return {**ax, "steps": ax.get("steps", study["steps"]) * m}
     ab = study.get("ablations", {})[setting]
-    return {"ns": study.get("ablation_ns", study["ns"]), **ab}
+    return {"ns": study.get("ablation_ns", study["ns"]), **common, **ab}
 
 
 def arm_spec(rl: dict, study: dict, setting: str, n: int) -> dict:
@@ -204,20 +206,20 @@ def study_errors(config: dict) -> list[str]:
         return errors
     if not rl:
         return ["study: needs the `rl` section (recipe and the ProRL stage the study starts from) [rule: study needs rl]"]
-    names = all_settings(study)
+    known = [BASE, *study.get("ablations", {})]
+    names = [s for s in all_settings(study) if family(study, s)[0] in known]  # a budget of an unknown setting: below
     for key, listed in (("include", study.get("include") or []), ("factorial", study.get("factorial") or []),
                         ("budgets.settings", (study.get("budgets") or {}).get("settings", []))):
         for name in listed:
-            if name not in names:
+            if name not in (known if key == "budgets.settings" else names):
                 errors.append(f"study.{key}: {name!r} is not a setting (base, study.ablations, the budget "
                               f"settings: {', '.join(names)}) [rule: known settings]")
-    for name in (study.get("factorial") or [])[:2]:
-        if name in names and sorted(_axes(study, name)["ns"]) != sorted(_axes(study, study["factorial"][0])["ns"]):
-            errors.append(f"study.factorial: {study['factorial']} need the same two N [rule: factorial N]")
-        elif name in names and len(_axes(study, name)["ns"]) != 2:
+    factorial = study.get("factorial") or []
+    for name in factorial if all(name in names for name in factorial) else []:
+        if sorted(_axes(study, name)["ns"]) != sorted(_axes(study, factorial[0])["ns"]):
+            errors.append(f"study.factorial: {factorial} need the same two N [rule: factorial N]")
+        elif len(_axes(study, name)["ns"]) != 2:
             errors.append(f"study.factorial.{name}: needs exactly two N (the reference and one larger) [rule: factorial N]")
-    if errors:
-        return list(dict.fromkeys(errors))
     for setting in names:
         where = ("study" if setting == BASE else f"study.budgets ({setting})" if setting in budget_settings(study)
                  else f"study.ablations.{setting}")
