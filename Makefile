@@ -35,6 +35,7 @@ pull: setup                ## fresh clone: fetch DVC-tracked outputs and mark th
 STUDY_DOCS ?= docs/results/study/batch_vs_n
 study-docs:                ## copy the study's generated summary (results/study/) to $(STUDY_DOCS)
 	mkdir -p $(STUDY_DOCS) && cp results/study/summary.md results/study/summary.csv results/study/*.png $(STUDY_DOCS)/
+	PYTHONPATH=src $(BIN)/python -m brorl.study.report results/study/summary.md README.md  # its verdict paragraph
 
 report: setup
 	$(BIN)/snakemake --report report.html --configfile $(CONFIG)

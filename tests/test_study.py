@@ -357,3 +357,16 @@ def test_summary_reports_the_comparison_factorial_budget_and_premise(tmp_path):
     assert "runpaper_comparison5120" in out["summary.csv"].read_text()  # full run ids in the csv
     assert "reused (paper_comparison)" in md
     assert (tmp_path / "budget.png").stat().st_size > 0 and (tmp_path / "saturation.png").stat().st_size > 0
+
+
+def test_the_generated_verdict_is_spliced_into_the_readme(tmp_path):
+    from brorl.study.report import MARKERS, splice_verdict
+
+    (tmp_path / "summary.md").write_text("# S\n\nintro\n\n## Verdict\n\nWhat was compared: x. **supports**: y.\n\n## Next\n")
+    (tmp_path / "README.md").write_text(f"a\n{MARKERS[0]}\nold text\n{MARKERS[1]}\nb\n")
+    splice_verdict(tmp_path / "summary.md", tmp_path / "README.md")
+    assert (tmp_path / "README.md").read_text() == (
+        f"a\n{MARKERS[0]}\nWhat was compared: x. **supports**: y.\n{MARKERS[1]}\nb\n")
+    (tmp_path / "README.md").write_text("no markers\n")
+    with pytest.raises(ValueError, match="study-verdict:start"):
+        splice_verdict(tmp_path / "summary.md", tmp_path / "README.md")

@@ -644,3 +644,23 @@ def _saturation_figure(premise, path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+MARKERS = ("<!-- study-verdict:start -->", "<!-- study-verdict:end -->")
+
+
+def splice_verdict(summary_md, readme) -> None:
+    """Copy the summary's generated verdict paragraph into ``readme`` between :data:`MARKERS` (make study-docs)."""
+    text = Path(summary_md).read_text()
+    verdict = text.split("## Verdict\n\n", 1)[1].split("\n\n", 1)[0]
+    doc = Path(readme).read_text()
+    if not all(m in doc for m in MARKERS):
+        raise ValueError(f"{readme}: no {MARKERS[0]} ... {MARKERS[1]} block to write the verdict into")
+    head, rest = doc.split(MARKERS[0], 1)
+    Path(readme).write_text(f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
+
+
+if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD
+    import sys
+
+    splice_verdict(*sys.argv[1:3])
