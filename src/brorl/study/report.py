@@ -44,7 +44,8 @@ def load_arm(folder: Path) -> list[dict]:
         s["heldout"] = json.loads((seed_dir / "heldout.json").read_text())
         z = np.load(seed_dir / "heldout.npz")
         s["p_end"], s["p_start"] = z["p_end"], z["p_start"]
-        s["probe_curve"] = _probe_curve(seed_dir / "metrics.csv")
+        start = [(0.0, s["validation_pass1_start"])] if "validation_pass1_start" in s else []
+        s["probe_curve"] = start + _probe_curve(seed_dir / "metrics.csv")
         run = seed_dir / "mlflow_run_id"
         s["run_id"] = run.read_text().strip() if run.exists() else ""
         out.append(s)
