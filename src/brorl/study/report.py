@@ -375,8 +375,8 @@ def _coverage(study, plan, verdicts) -> str:
     for s in rest:
         parent, m = budget_settings(study).get(s, (s, 1))
         if parent in verdicts and m > 1:
-            costs.append(f"{s} (~{verdicts[parent]['wall_s'] * m / 60:.0f} min of training on one core, "
-                         f"{m} x {parent}'s measured time)")
+            costs.append(f"{s} (~{verdicts[parent]['wall_s'] * m / 60:.0f} arm-minutes of training: {m} x "
+                         f"{parent}'s measured time over all its arms and seeds, about half that on 2 cores)")
         else:
             costs.append(s)
     return out + " Configured but not run here (`study.include`): " + "; ".join(costs) + "."
