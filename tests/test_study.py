@@ -370,3 +370,13 @@ def test_the_generated_verdict_is_spliced_into_the_readme(tmp_path):
     (tmp_path / "README.md").write_text("no markers\n")
     with pytest.raises(ValueError, match="study-verdict:start"):
         splice_verdict(tmp_path / "summary.md", tmp_path / "README.md")
+
+
+def test_late_gain_is_the_rise_over_the_second_half():
+    from brorl.study.report import late_gain
+
+    rising = [(0, 0.5), (50, 0.55), (100, 0.6)]
+    flat = [(0, 0.5), (50, 0.6), (100, 0.6)]
+    assert late_gain([rising, rising]) == pytest.approx(0.05)
+    assert late_gain([flat]) == pytest.approx(0.0)
+    assert np.isnan(late_gain([[]]))
