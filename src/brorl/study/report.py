@@ -277,9 +277,9 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
     lines = [
         f"# The N-scaling study ({'tiny' if is_tiny(rl) else 'paper'} profile)", "",
         f"From the ProRL checkpoint (held-out mean@k {start_all:.4f}), N={ref_n} against larger N at equal generated "
-        f"samples in total; {n_seeds} seeds; one generation round per step (dynamic sampling filters, no refill). "
+        f"samples in total; {n_seeds} seeds configured; one generation round per step (dynamic sampling filters, no refill). "
         "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",
-        _coverage(study, plan, verdicts), "",
+        _coverage(study, plan, verdicts) + _short_arms(study, plan, arm_of), "",
         "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n), ""]
     unequal = {s: v for s, v in verdicts.items() if v["unequal"]}
     if unequal:
@@ -380,6 +380,15 @@ def _coverage(study, plan, verdicts) -> str:
         else:
             costs.append(s)
     return out + " Configured but not run here (`study.include`): " + "; ".join(costs) + "."
+
+
+def _short_arms(study, plan, arm_of) -> str:
+    """Arms with fewer finished seeds than configured (the summary reads the seeds that finished)."""
+    want = len(study["seeds"])
+    short = sorted({f"{owner}/n{n} ({len(arm_of(s, n))} of {want})" for s, by_n in plan.items()
+                    for n, owner in by_n.items() if len(arm_of(s, n)) < want})
+    return (" **Arms with fewer seeds than configured** (not finished in the time available; every test and "
+            "per-seed list below uses the seeds that finished): " + ", ".join(short) + ".") if short else ""
 
 
 def _factorial_md(f, ref_n) -> list[str]:
