@@ -1,5 +1,7 @@
 """The N-scaling study: its plan, exact held-out metrics and the verdict rule (config checks: test_config.py)."""
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -339,7 +341,11 @@ def test_summary_reports_the_comparison_factorial_budget_and_premise(tmp_path):
                        np.clip(start + g + rng.normal(0, 0.004, start.size), 0, 1), st.samples_per_step,
                        st.sample_budget // st.samples_per_step, n)
     out = {k: tmp_path / k for k in ("summary.md", "summary.csv", "delta.png", "base.png")}
-    verdicts = write_summary(rl, study, tmp_path, *out.values())
+    # as the rule passes it: JSON with sorted keys, and the config order beside it (it decides which arm is reused)
+    from brorl.study.plan import all_settings
+
+    as_json = json.loads(json.dumps(study, sort_keys=True))
+    verdicts = write_summary(rl, as_json, tmp_path, *out.values(), order=all_settings(study))
     assert verdicts["paper_comparison"]["verdict"] == "lost" and verdicts["paper_comparison_x4"]["verdict"] == "won"
     assert verdicts["factorial_s"]["verdict"] == "lost" and verdicts["factorial_8s"]["verdict"] == "lost"
     md = out["summary.md"].read_text()

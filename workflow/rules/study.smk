@@ -4,7 +4,7 @@
 # earlier setting runs once, under that setting's name. Each rule calls one `brorl` command.
 import os
 
-from brorl.study.plan import POOLS, arm_jobs, fresh_pool_tasks, late_start_stage, pools, stage_for, starts
+from brorl.study.plan import POOLS, all_settings, arm_jobs, fresh_pool_tasks, late_start_stage, pools, stage_for, starts
 
 STUDY = "study" in config
 STUDY_CFG = config.get("study", {})
@@ -122,7 +122,7 @@ if STUDY:
                               caption="../report/study_saturation.rst"),  # both written beside summary.md
         params:
             rule_name="study_summary",
-            cfg=as_json({"rl": config["rl"], "study": STUDY_CFG}),
+            cfg=as_json({"rl": config["rl"], "study": STUDY_CFG, "order": all_settings(STUDY_CFG)}),  # JSON sorts keys
             tracking=TRACKING,
             profile=PROFILE,
         log:

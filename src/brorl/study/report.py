@@ -122,9 +122,13 @@ def _describe(setting: str, rl: dict, study: dict, n: int) -> str:
             f"start {spec['start']}, pool {spec['pool']}, {budget}")
 
 
-def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_delta, png_base) -> dict:
+def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_delta, png_base,
+                  order: list[str] | None = None) -> dict:
     """Every included setting's verdict, the factorial, the premise test and the budget trend; figures beside
-    ``md_path``: ``budget.png`` (Δ against total samples) and ``saturation.png`` (continued N=16)."""
+    ``md_path``: ``budget.png`` (Δ against total samples) and ``saturation.png`` (continued N=16). ``order``: the
+    settings in config order (which setting's arm is reused depends on it; JSON on the command line sorts keys)."""
+    if order:
+        study = {**study, "ablations": {k: study["ablations"][k] for k in order if k in study.get("ablations", {})}}
     results = Path(results_dir)
     plan = study_plan(rl, study)
     owners = {(owner, n) for by_n in plan.values() for n, owner in by_n.items()}
