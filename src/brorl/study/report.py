@@ -97,9 +97,9 @@ def compare(best: list[dict], ref: list[dict], judged: np.ndarray | None = None)
     zero = lambda arm: np.mean([s["heldout"]["all"]["histogram"]["zero"] for s in arm])  # noqa: E731
     if math.isnan(test["p_two_sided"]):
         verdict = "tied"
-    elif test["p_two_sided"] < ALPHA and test["delta"] > 0 and all(x > 0 for x in seed_deltas):
+    elif test["p_two_sided"] < ALPHA and test["delta"] > 0 and seed_deltas and all(x > 0 for x in seed_deltas):
         verdict = "won"
-    elif test["p_two_sided"] < ALPHA and test["delta"] < 0 and all(x < 0 for x in seed_deltas):
+    elif test["p_two_sided"] < ALPHA and test["delta"] < 0 and seed_deltas and all(x < 0 for x in seed_deltas):
         verdict = "lost"
     else:
         verdict = "tied"
@@ -630,7 +630,7 @@ def _budget_figure(study, verdicts, path) -> None:
         v = [verdicts[s] for _, s in pts]
         x = [r["samples"] for r in v]
         line, = ax.plot(x, [r["delta"] for r in v], marker="o", label=fam)
-        ax.fill_between(x, [min(r["seed_deltas"]) for r in v], [max(r["seed_deltas"]) for r in v],
+        ax.fill_between(x, [min(r["seed_deltas"] or [r["delta"]]) for r in v], [max(r["seed_deltas"] or [r["delta"]]) for r in v],
                         color=line.get_color(), alpha=0.15)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xscale("log")
