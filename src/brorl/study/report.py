@@ -232,7 +232,7 @@ def premise_tests(rl: dict, study: dict, plan: dict, arm_of) -> list[dict]:
                     "significant_gain": test["delta"] > 0 and test["p_two_sided"] < ALPHA and all(g > 0 for g in gains),
                     "curves": [s["probe_curve"] for s in arm], "wall_s": _mean(arm, lambda s: s["wall_time_s"]),
                     "runs": [s["run_id"] for s in arm]})
-    return sorted(out, key=lambda r: r["samples"])
+    return sorted(out, key=lambda r: (r["samples"], max(map(len, r["curves"]), default=0)))  # last: longest curve
 
 
 def _select(bigger: list[int], arm_of) -> tuple[int, np.ndarray | None]:
