@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels clean
+.PHONY: setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels study-docs clean
 
 setup: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ test-fast: setup           ## the unit tests only (no end-to-end Snakemake/DVC/M
 
 pull: setup                ## fresh clone: fetch DVC-tracked outputs and mark them up to date
 	$(BIN)/brorl pull --configfile $(CONFIG)
+
+STUDY_DOCS ?= docs/results/study/batch_vs_n
+study-docs:                ## copy the study's generated summary (results/study/) to $(STUDY_DOCS)
+	mkdir -p $(STUDY_DOCS) && cp results/study/summary.md results/study/summary.csv results/study/*.png $(STUDY_DOCS)/
+	PYTHONPATH=src $(BIN)/python -m brorl.study.report results/study/summary.md README.md  # its verdict paragraph
 
 report: setup
 	$(BIN)/snakemake --report report.html --configfile $(CONFIG)

@@ -271,15 +271,21 @@ def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     blocks = proc.stdout.split("\nrule ")
     arms = [b for b in blocks if b.startswith("study_arm:")]
-    assert len(arms) == (4 + 1 + 4 * 2) * 3
+    # base = BroRL's comparison (2 arms); 4 N at equal samples per step (N=512 reused from base); one new arm each
+    # for fewer_prompts, lr_constant (N=16: base) and factorial_s (factorial_8s: base's and equal_samples_per_step's);
+    # 2 each for no_kl, late_start, equal_time, base_x4, base_x16
+    assert len(arms) == (2 + 3 + 1 + 1 + 1 + 2 * 5) * 3
     for block in arms + [b for b in blocks if b.startswith("study_start:")]:
         assert "brorl launch --accelerate-config fsdp2 -- brorl study-arm" in block
         assert "--data results/data/rl" in block and "nodes=8" in block and "gres=gpu:8" in block
     plateau = [b for b in arms if "--init resources/models/prorl.manifest.json" in b]
     late = [b for b in arms if "--init resources/study/prorl_late" in b]
-    assert len(plateau) == 33 and len(late) == 6
+    assert len(plateau) == 48 and len(late) == 6
     assert all('"mode": "sampled"' in b and '"engine": "vllm"' in b for b in arms)
     assert any('"n_rollouts": 512' in b and '"prompts_per_step": 128' in b for b in arms)
+    # the base comparison is BroRL's: N=16 x 512 prompts against N=512 x 128 prompts (issue 17 item 5)
+    base = [b for b in arms if "--wildcard setting=base " in b]
+    assert len(base) == 6 and any('"n_rollouts": 16' in b and '"prompts_per_step": 512,' in b for b in base)
     for rule in ("prorl_stage", "study_pool", "sft"):
         assert not any(b.startswith(f"{rule}:") for b in blocks)
 

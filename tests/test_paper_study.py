@@ -41,6 +41,8 @@ def paper_ci_config(source) -> dict:
     rl["recipe"].update(max_completion_length=8, mini_batches=1, micro_batch_size=16, eta0=1e-3, b0=16,
                         checkpoint_every=1, threads=1)
     study = cfg["study"]
+    for key in ("prompts_per_step", "factorial", "budgets"):  # the paper geometry's plan: test_study, test_config
+        study.pop(key, None)
     study.update(seeds=[0], ns=[2, 4, 8], ablation_ns=[8], samples_per_step=16, steps=2, late_start_steps=1,
                  heldout_k=[1, 4, 8], ablations={"late_start": {"start": "late"}})
     study["heldout"] = {**study["heldout"], "samples": 8, "max_tokens": 8, "engine": "hf", "temperature": 1.0,

@@ -30,8 +30,9 @@ RULE_RUNS = ("theory_simulation", "theory_figure3", "theory_extended_sweep", "fe
              *(f"paper_{name}" for name in ("table1", "table2", "table3", "table4", "table5", "ttest",
                                                         "figure1", "figure3", "figure4", "passk")))
 # sft + prorl; arms n4, n16, schedule x 1 seed; (prorl + 3 arms) x (tiny_add, tiny_multiple)
-# study: base n4, n16 + four ablations at n16 (tests/configs/ci.yaml)
-RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3, "evaluate": 8, "study_arm": 6}
+# study: base n4, n16 + four ablations at n16 + paper_comparison n4, n16 + the factorial's other two cells +
+# paper_comparison_x2 n4, n16 (tests/configs/ci.yaml)
+RUNS_PER_RULE = {"difficulty": 2, "train_arm": 3, "evaluate": 8, "study_arm": 12}
 GIT = ["git", "-c", "user.name=brorl-test", "-c", "user.email=test@example.invalid"]
 
 
@@ -322,10 +323,22 @@ def test_study_summary_names_its_runs_and_every_axis_ran(project):
 
     work = project["work"]
     frame = pd.read_csv(work / "results/study/summary.csv", keep_default_na=False)  # reused_from: "" or a setting
-    assert sorted(set(frame.setting)) == ["base", "equal_time", "fewer_prompts", "fresh", "late_start"]
+    assert sorted(set(frame.setting)) == ["base", "equal_time", "factorial_8s", "factorial_s", "fewer_prompts", "fresh",
+                                          "late_start", "paper_comparison", "paper_comparison_x2"]
     md = (work / "results/study/summary.md").read_text()
     for setting in set(frame.setting):
         assert f"| {setting} | 16 |" in md
+    # issue 16: the paper comparison's arms are the factorial's (4, S) and (16, 8S) cells, run once under the name
+    # of whichever comes first in the config (the fixture's yaml.safe_dump sorts the ablations: the factorial's)
+    owner = {(r.setting, r.n): r.reused_from or r.setting for r in frame.itertuples()}
+    assert owner[("paper_comparison", 4)] == owner[("factorial_s", 4)] == "factorial_s"
+    assert owner[("paper_comparison", 16)] == owner[("factorial_8s", 16)] == "factorial_8s"
+    pc16 = json.loads((work / "results/study/factorial_8s/n16/seed0/summary.json").read_text())
+    assert pc16["prompts_per_step"] == [16] and pc16["steps"] == 1 and pc16["generated_samples"] == 256
+    for section in ("## BroRL's comparison", "## The 2x2 factorial", "| interaction |", "## The compute budget",
+                    "| paper_comparison | 2x | 512 |", "## The premise", "It **cannot test"):
+        assert section in md, section
+    assert (work / "results/study/budget.png").exists() and (work / "results/study/saturation.png").exists()
     assert any(f"**{v}**" in md for v in ("won", "lost", "tied")) and "settings, lost in" in md
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
     for row in frame.itertuples():

@@ -1,5 +1,7 @@
 """The N-scaling study: its plan, exact held-out metrics and the verdict rule (config checks: test_config.py)."""
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -20,7 +22,8 @@ def test_study_profile_runs_the_issue_geometry():
     rl, study = cfg["rl"], cfg["study"]
     assert len(study["seeds"]) >= 3 and study["ns"] == [16, 64, 256, 512] and reference_n(study) == 16
     assert set(study["ablations"]) == {"fewer_prompts", "paper_prompts", "fresh", "no_kl", "late_start",
-                                       "lr_sqrt", "equal_time"}
+                                       "lr_sqrt", "equal_time", "paper_comparison", "paper_comparison_const",
+                                       "factorial_s", "factorial_8s"}
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
     # equal generated samples per step and in total, one generation round (no refill), many prompts at N=512
     assert {s.samples_per_step for s in base.values()} == {study["samples_per_step"]}
@@ -33,7 +36,9 @@ def test_study_profile_runs_the_issue_geometry():
     assert plan["fewer_prompts"] == {16: BASE, 512: "fewer_prompts"}  # only N=512 changes: N=16 is reused
     assert all(plan[s] == {16: s, 512: s} for s in ("paper_prompts", "fresh", "no_kl", "late_start", "lr_sqrt",
                                                      "equal_time"))
-    assert len(arm_jobs(rl, study)) == 4 + 1 + 6 * 2
+    # the equal-samples-per-step study: 4 base arms, fewer_prompts' N=512, 2 for each of the other six; issue 16's
+    # settings add paper_comparison's 2, one per factorial cell not shared, and 2 per budget setting but base's 4
+    assert len(arm_jobs(rl, study)) == 4 + 1 + 6 * 2 + 2 + 2 + 2 * 4 + 2 * 2
     assert arm_spec(rl, study, "fresh", 16)["pool"] == "fresh"
     assert arm_spec(rl, study, "late_start", 512)["start"] == "late"
     assert stage_for(rl, study, "no_kl", 512, 0)["beta"] == 0.0
@@ -161,10 +166,21 @@ def test_paper_study_plan_starts_from_the_fetched_checkpoint():
     assert study_errors(cfg) == []
     assert starts(rl) == {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
     assert pools(rl) == {"fixed": "results/data/rl"}
+    # the base comparison is BroRL's Table 1: N=16 x 512 prompts vs N=512 x 128 (8x the samples per step), sqrt lr
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
-    assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 4096  # the paper's 128 at N=512
-    assert {s.samples_per_step for s in base.values()} == {65536} and base[16].generation_engine == "vllm"
-    assert len(arm_jobs(rl, study)) == 4 + 1 + 4 * 2
+    assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 512
+    assert (base[16].samples_per_step, base[512].samples_per_step) == (8192, 65536)
+    assert base[16].sample_budget == base[512].sample_budget and base[16].generation_engine == "vllm"
+    from brorl.training.trainer import learning_rate
+
+    assert learning_rate(base[512]) == pytest.approx(learning_rate(base[16]) * 8 ** 0.5)
+    # equal samples per step is the named ablation (N=16 x 4,096 prompts); the factorial shares its arms
+    equal = RLSettings.from_dict(stage_for(rl, study, "equal_samples_per_step", 16, 0))
+    assert equal.prompts_per_step == 4096 and equal.sample_budget == base[16].sample_budget
+    plan = study_plan(rl, study)
+    assert plan["factorial_s"] == {16: BASE, 512: "factorial_s"}
+    assert plan["factorial_8s"] == {16: "equal_samples_per_step", 512: BASE}
+    assert {"base_x4", "base_x16"} <= set(plan) and len(arm_jobs(rl, study)) == 18
     late = RLSettings.from_dict(late_start_stage(rl, study))
     assert (late.n_rollouts, late.prompts_per_step, late.max_steps) == (16, 512, 535)
     h = heldout_settings(rl, study)
@@ -203,3 +219,173 @@ def test_best_arm_without_validation_is_chosen_on_one_half_and_judged_on_the_oth
     assert _select([512], arms.__getitem__) == (512, None)
     v = compare(arms[64], [_arm([0.5, 0.5, 0.5, 0.5], float("nan"))], judged)
     assert v["delta"] == pytest.approx(-0.4) and v["seed_deltas"] == [pytest.approx(-0.4)]
+
+
+# --- issue 16: reuse across settings, budgets, the factorial and its report --------------------------------
+
+def test_paper_comparison_and_factorial_share_arms():
+    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    rl, study = cfg["rl"], {**cfg["study"], "include": ["paper_comparison", "paper_comparison_const", "factorial_s",
+                                                          "factorial_8s", "paper_comparison_x4"]}
+    plan = study_plan(rl, study)
+    assert list(plan) == study["include"]  # only the included settings are planned and summarised
+    # BroRL's comparison is the (16, S) and (512, 8S) cells of the factorial: run once, read by both
+    assert plan["factorial_s"] == {16: "paper_comparison", 512: "factorial_s"}
+    assert plan["factorial_8s"] == {16: "factorial_8s", 512: "paper_comparison"}
+    # the constant-lr companion: N=16 at S has eta0 under both rules (sqrt at B = B0); N=512 is the base arm
+    assert plan["paper_comparison_const"] == {16: "paper_comparison", 512: BASE}
+    assert arm_jobs(rl, study) == [("paper_comparison", 16), ("paper_comparison", 512), (BASE, 512),
+                                   ("factorial_s", 512), ("factorial_8s", 16), ("paper_comparison_x4", 16),
+                                   ("paper_comparison_x4", 512)]
+    pc = {n: RLSettings.from_dict(stage_for(rl, study, "paper_comparison", n, 0)) for n in (16, 512)}
+    assert (pc[16].prompts_per_step, pc[512].prompts_per_step) == (128, 32)  # S = 2,048, 8S = 16,384
+    assert pc[16].sample_budget == pc[512].sample_budget == 98304  # equal totals: 48 vs 6 steps
+    from brorl.training.trainer import learning_rate
+
+    assert learning_rate(pc[16]) == pytest.approx(3e-4) and learning_rate(pc[512]) == pytest.approx(3e-4 * 8 ** 0.5)
+    x4 = RLSettings.from_dict(stage_for(rl, study, "paper_comparison_x4", 512, 0))
+    assert x4.sample_budget == 4 * 98304 and x4.prompts_per_step == 32
+    # without include every configured setting is planned, the old eight first
+    full = study_plan(rl, cfg["study"])
+    assert list(full)[:8] == [BASE, "fewer_prompts", "paper_prompts", "fresh", "no_kl", "late_start", "lr_sqrt",
+                              "equal_time"]
+    assert {"base_x4", "base_x16", "paper_comparison_x16"} <= set(full)
+
+
+def test_an_arm_differing_only_in_the_lr_rule_is_run_again_when_the_lr_differs():
+    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    rl, study = cfg["rl"], cfg["study"]
+    # lr_sqrt at 16,384 per step from B0 = 512: a different learning rate from base, so its own arms
+    assert study_plan(rl, study)["lr_sqrt"] == {16: "lr_sqrt", 512: "lr_sqrt"}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"include": ["nope"]}, "study.include: 'nope' is not a setting"),
+    ({"factorial": ["fresh", "nope"]}, "study.factorial: 'nope' is not a setting"),
+    ({"budgets": {"multiples": [4], "settings": ["nope"]}}, "study.budgets.settings: 'nope'"),
+    ({"factorial": [BASE, "fresh"]}, "study.factorial.base: needs exactly two N"),
+])
+def test_study_errors_name_the_new_keys(change, message):
+    from brorl.study.plan import study_errors
+
+    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    cfg["study"] = {**cfg["study"], **change}
+    assert any(message in e for e in study_errors(cfg)), study_errors(cfg)
+
+
+def _cell(rng, base, shift, seeds=3):
+    return [{"seed": s, "p_end": np.clip(base + shift + rng.normal(0, 0.005, base.size), 0, 1)} for s in range(seeds)]
+
+
+@pytest.mark.parametrize("n_eff, b_eff, inter", [(0.0, -0.1, 0.0), (0.04, 0.0, 0.0), (0.0, 0.0, 0.06),
+                                                 (-0.03, 0.05, -0.04)])
+def test_factorial_effects_recover_known_main_effects_and_interaction(n_eff, b_eff, inter):
+    from brorl.study.report import factorial_effects
+
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0.2, 0.7, 300)
+    # cell means: mu + N/2 * x + B/2 * z + I/4 * x * z with x, z in {-1, +1}
+    shift = {(i, j): n_eff / 2 * (2 * i - 1) + b_eff / 2 * (2 * j - 1) + inter / 4 * (2 * i - 1) * (2 * j - 1)
+             for i in (0, 1) for j in (0, 1)}
+    e = factorial_effects({k: _cell(rng, base, v) for k, v in shift.items()})
+    for name, want in (("N", n_eff), ("batch", b_eff), ("interaction", inter)):
+        assert e[name]["delta"] == pytest.approx(want, abs=0.003), name
+        assert len(e[name]["seed_deltas"]) == 3
+        if want:
+            assert e[name]["p_two_sided"] < 1e-6 and all(np.sign(x) == np.sign(want) for x in e[name]["seed_deltas"])
+        else:
+            assert e[name]["p_two_sided"] > 1e-3  # no effect: no tiny p (noise only)
+
+
+def _write_arm(folder, seed, p_start, p_end, per_step, steps, n):
+    import json
+
+    folder.mkdir(parents=True)
+    samples = per_step * steps
+    (folder / "summary.json").write_text(json.dumps({
+        "seed": seed, "prompts_per_step": [per_step // n], "n_rollouts": [n], "steps": steps, "generated_samples": samples,
+        "kept_samples": samples // 2, "wall_time_s": 10.0 * steps, "dynamic_sampling_pass_rate": 0.5,
+        "validation_pass1_end": float(p_end.mean())}))
+    hist = H.histogram(p_end)
+    (folder / "heldout.json").write_text(json.dumps({
+        "all": {"mean_at_k": float(p_end.mean()), "pass@16": H.pass_at_k(p_end, 16), "pass@256": H.pass_at_k(p_end, 256),
+                "histogram": hist},
+        "tail": {"q_pos_end": 0.1}, "probes": {"frac_correct_improved": 0.5, "worst_correct_delta": -0.1}}))
+    np.savez(folder / "heldout.npz", p_start=p_start, p_end=p_end)
+    (folder / "mlflow_run_id").write_text(f"run{folder.parent.parent.name}{n}{seed}" + "0" * 24)
+    rows = [{"arm_generated_samples": per_step * (k + 1), "probe_q_pos_mean": float(p_start.mean() + 0.01 * k)}
+            for k in range(steps)]
+    import csv
+
+    with open(folder / "metrics.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_summary_reports_the_comparison_factorial_budget_and_premise(tmp_path):
+    """write_summary on hand-made arms: N=512 is worse at S and better at 8S; N=16 keeps gaining from the start."""
+    from brorl.study.report import write_summary
+
+    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    rl, study = cfg["rl"], {**cfg["study"], "include": ["paper_comparison", "factorial_s", "factorial_8s",
+                                                          "paper_comparison_x4"]}
+    rng = np.random.default_rng(5)
+    start = rng.uniform(0.1, 0.6, 120)
+    gain = {("paper_comparison", 16): 0.05, ("paper_comparison", 512): 0.02, ("factorial_s", 512): -0.04,
+            ("factorial_8s", 16): 0.03, ("paper_comparison_x4", 16): 0.09, ("paper_comparison_x4", 512): 0.10}
+    for (setting, n), g in gain.items():
+        st = RLSettings.from_dict(stage_for(rl, study, setting, n, 0))
+        for seed in (0, 1, 2) if (setting, n) != ("factorial_s", 512) else (0, 1):  # one seed did not finish
+            _write_arm(tmp_path / setting / f"n{n}" / f"seed{seed}", seed, start,
+                       np.clip(start + g + rng.normal(0, 0.004, start.size), 0, 1), st.samples_per_step,
+                       st.sample_budget // st.samples_per_step, n)
+    out = {k: tmp_path / k for k in ("summary.md", "summary.csv", "delta.png", "base.png")}
+    # as the rule passes it: JSON with sorted keys, and the config order beside it (it decides which arm is reused)
+    from brorl.study.plan import all_settings
+
+    as_json = json.loads(json.dumps(study, sort_keys=True))
+    verdicts = write_summary(rl, as_json, tmp_path, *out.values(), order=all_settings(study))
+    assert verdicts["paper_comparison"]["verdict"] == "lost" and verdicts["paper_comparison_x4"]["verdict"] == "won"
+    assert verdicts["factorial_s"]["verdict"] == "lost" and verdicts["factorial_8s"]["verdict"] == "lost"
+    md = out["summary.md"].read_text()
+    assert "Settings in this summary: paper_comparison, factorial_s, factorial_8s, paper_comparison_x4." in md
+    assert "Configured but not run here" in md and "paper_comparison_x16 (~" in md  # with its estimated cost
+    assert "fewer seeds than configured** (not finished in the time available; every test and per-seed list " \
+           "below uses the seeds that finished): factorial_s/n512 (2 of 3)." in md
+    # factorial: cells (16,S) .05, (16,8S) .03, (512,S) -.04, (512,8S) .02 -> N -0.05, batch +0.02, I +0.08
+    rows = {r.split("|")[1].strip(): float(r.split("|")[2]) for r in md.split("| effect |")[1].splitlines()[2:5]}
+    assert rows == {"N": pytest.approx(-0.05, abs=0.002), "batch": pytest.approx(0.02, abs=0.002),
+                    "interaction": pytest.approx(0.08, abs=0.002)}
+    assert md.split("| effect |")[1].splitlines()[2].count(",") == 1  # per-seed: the 2 seeds every cell has
+    assert "exactly the sum of the two main effects" in md
+    assert "## The compute budget" in md and "| paper_comparison | 4x | 393,216 |" in md
+    assert "**Premise not met**" in md and "| paper_comparison_x4 | 393,216 |" in md
+    assert "It **contradicts**: larger N at a larger batch beats continued N=16" in md
+    assert "the gain is due to N" in md.split("It **contradicts**")[1].split("It **cannot")[0]
+    assert "runpaper_comparison5120" in out["summary.csv"].read_text()  # full run ids in the csv
+    assert "reused (paper_comparison)" in md
+    assert (tmp_path / "budget.png").stat().st_size > 0 and (tmp_path / "saturation.png").stat().st_size > 0
+
+
+def test_the_generated_verdict_is_spliced_into_the_readme(tmp_path):
+    from brorl.study.report import MARKERS, splice_verdict
+
+    (tmp_path / "summary.md").write_text("# S\n\nintro\n\n## Verdict\n\nWhat was compared: x. **supports**: y.\n\n## Next\n")
+    (tmp_path / "README.md").write_text(f"a\n{MARKERS[0]}\nold text\n{MARKERS[1]}\nb\n")
+    splice_verdict(tmp_path / "summary.md", tmp_path / "README.md")
+    assert (tmp_path / "README.md").read_text() == (
+        f"a\n{MARKERS[0]}\nWhat was compared: x. **supports**: y.\n{MARKERS[1]}\nb\n")
+    (tmp_path / "README.md").write_text("no markers\n")
+    with pytest.raises(ValueError, match="study-verdict:start"):
+        splice_verdict(tmp_path / "summary.md", tmp_path / "README.md")
+
+
+def test_late_gain_is_the_rise_over_the_second_half():
+    from brorl.study.report import late_gain
+
+    rising = [(0, 0.5), (50, 0.55), (100, 0.6)]
+    flat = [(0, 0.5), (50, 0.6), (100, 0.6)]
+    assert late_gain([rising, rising]) == pytest.approx(0.05)
+    assert late_gain([flat]) == pytest.approx(0.0)
+    assert np.isnan(late_gain([[]]))

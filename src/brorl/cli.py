@@ -394,9 +394,10 @@ def cmd_study_summary(args) -> int:
     cfg = json.loads(args.config)
     with _run(args):
         verdicts = write_summary(cfg["rl"], cfg["study"], args.results, args.md, args.csv, args.png_delta,
-                                 args.png_base)
+                                 args.png_base, order=cfg.get("order"))
         mlflow.log_metrics({f"delta/{k}": v["delta"] for k, v in verdicts.items()})
-        for path in (args.md, args.csv, args.png_delta, args.png_base):
+        beside = [str(Path(args.md).parent / name) for name in ("budget.png", "saturation.png")]
+        for path in (args.md, args.csv, args.png_delta, args.png_base, *beside):
             mlflow.log_artifact(path)
     return 0
 

@@ -1,9 +1,10 @@
-# The N-scaling study (config/study.yaml; README "The N-scaling study"): from the saturated ProRL checkpoint,
-# arms at equal generated samples per step and in total for N in study.ns and each ablation's N, over
-# study.seeds; held-out metrics per arm; results/study/summary.md. Each rule calls one `brorl` command.
+# The N-scaling study (config/study.yaml; README "The N-scaling study"): from the ProRL checkpoint, arms at
+# equal generated samples in total for N in study.ns and each setting's N, over study.seeds; held-out metrics per
+# arm; results/study/summary.md over the settings of study.include (all when empty). An arm equal to one of an
+# earlier setting runs once, under that setting's name. Each rule calls one `brorl` command.
 import os
 
-from brorl.study.plan import POOLS, arm_jobs, fresh_pool_tasks, late_start_stage, pools, stage_for, starts
+from brorl.study.plan import POOLS, all_settings, arm_jobs, fresh_pool_tasks, late_start_stage, pools, stage_for, starts
 
 STUDY = "study" in config
 STUDY_CFG = config.get("study", {})
@@ -20,7 +21,7 @@ STUDY_ARMS = [f"results/study/{setting}/n{n}/seed{seed}" for setting, n in STUDY
 STUDY_ARM_FILES = [f"{arm}/{name}" for arm in STUDY_ARMS for name in ("summary.json", "heldout.json")]
 STUDY_MODELS = [arm.replace("results/", "resources/", 1) for arm in STUDY_ARMS]
 STUDY_SUMMARY = ["results/study/summary.md", "results/study/summary.csv", "results/study/delta.png",
-                 "results/study/base.png"] if STUDY else []
+                 "results/study/base.png", "results/study/budget.png", "results/study/saturation.png"] if STUDY else []
 STUDY_POOL_FILES = [f"{POOLS['fresh']}/{task}/{split}.jsonl" for task in config.get("tasks", {}).get("tasks", [])
                     for split in ("train", "validation", "test")] + [f"{POOLS['fresh']}/tasks.json"] if PRORL_STAGE else []
 STUDY_OUTPUTS = STUDY_SUMMARY + STUDY_MODELS
@@ -116,9 +117,12 @@ if STUDY:
             csv="results/study/summary.csv",
             delta=report("results/study/delta.png", category="Study", caption="../report/study_delta.rst"),
             base=report("results/study/base.png", category="Study", caption="../report/study_base.rst"),
+            budget=report("results/study/budget.png", category="Study", caption="../report/study_budget.rst"),
+            saturation=report("results/study/saturation.png", category="Study",
+                              caption="../report/study_saturation.rst"),  # both written beside summary.md
         params:
             rule_name="study_summary",
-            cfg=as_json({"rl": config["rl"], "study": STUDY_CFG}),
+            cfg=as_json({"rl": config["rl"], "study": STUDY_CFG, "order": all_settings(STUDY_CFG)}),  # JSON sorts keys
             tracking=TRACKING,
             profile=PROFILE,
         log:

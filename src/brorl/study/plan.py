@@ -7,6 +7,7 @@ Config (``study`` section, ``config/study.yaml``; every stage also takes ``rl.re
       ns: [16, 64, 256, 512]        # N of the base setting
       ablation_ns: [16, 512]        # N of each ablation (the reference N = min(ns) and the paper's N)
       samples_per_step: 16384       # every arm generates N x prompts_per_step = this many samples a step
+      prompts_per_step: {512: 128}  # optional: as the axis below, for the base and every setting (paper profile)
       steps: 6                      # -> samples_per_step x steps generated samples per arm
       settings: {...}               # RLSettings for every study stage (on top of rl.recipe)
       fresh_pool_size: 65536        # `pool: fresh`: a train pool this large (no prompt seen twice)
@@ -20,13 +21,24 @@ Config (``study`` section, ``config/study.yaml``; every stage also takes ``rl.re
         late_start: {start: late}
         lr_sqrt: {settings: {lr_rule: sqrt}}
         equal_time: {time_budget_s: 120}
+        paper_comparison: {samples_per_step: 2048, steps: 48, prompts_per_step: {512: 32},
+                           settings: {lr_rule: sqrt, b0: 2048}}
+        batch_S: {...}, batch_8S: {...}
+      factorial: [batch_S, batch_8S]   # two settings, small then large batch, same two N: the 2x2 N x batch
+      budgets: {multiples: [4, 16], settings: [base, paper_comparison]}  # -> base_x4, paper_comparison_x16, ...
+      include: [paper_comparison, ...] # run and summarise only these settings (empty or absent: all)
 
 Axes of an ablation: ``ns``, ``samples_per_step`` and ``steps`` (every arm of the setting: its batch geometry and
 total, e.g. the paper's 128 prompts per step at N=512), ``prompts_per_step`` ({N: prompts}: that N's samples per step change, its total
 budget does not), ``pool`` (``fixed`` | ``fresh``), ``start`` (``plateau`` | ``late``), ``settings``
 (RLSettings overrides), ``time_budget_s`` (equal wall time instead of equal samples: every arm of the setting
-trains for this many seconds). An ablation arm whose stage, start and pool equal the base arm of the same N is
-not run again: the setting reads the base arm (e.g. ``fewer_prompts`` changes only N=512).
+trains for this many seconds). ``budgets`` adds, for each named setting and multiple m, a setting ``<name>_x<m>``
+with m times its steps (or seconds): the same comparison at m times the total budget.
+
+An arm whose stage (with the learning rate resolved: the sqrt rule at B = B0 equals the constant rule), start and
+pool equal an arm of an earlier setting (order: base, the ablations as listed, the budget settings) is not run
+again: the setting reads that arm (e.g. ``fewer_prompts`` changes only N=512; ``paper_comparison``'s two arms are
+cells of the factorial).
 
 Every arm runs one round of generation per step (``max_rounds: 1``: dynamic sampling filters the zero-signal
 groups but does not refill), so generated samples per step are exactly equal across N.
@@ -34,11 +46,14 @@ groups but does not refill), so generated samples per step are exactly equal acr
 
 from __future__ import annotations
 
+import math
+
 BASE = "base"
 POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh"}
 STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
 """The tiny profile's prompt pools and start models (:func:`pools`, :func:`starts` give a profile's)."""
 AXES = ("ns", "samples_per_step", "steps", "prompts_per_step", "pool", "start", "settings", "time_budget_s")
+LR_KEYS = ("lr_rule", "eta0", "b0")
 TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample steps
 
 
@@ -66,15 +81,40 @@ def reference_n(study: dict) -> int:
     return min(study["ns"])
 
 
+def budget_settings(study: dict) -> dict[str, tuple[str, int]]:
+    """``{"<setting>_x<m>": (setting, m)}`` from ``study.budgets``."""
+    b = study.get("budgets") or {}
+    return {f"{s}_x{m}": (s, int(m)) for s in b.get("settings", []) for m in b.get("multiples", [])}
+
+
+def all_settings(study: dict) -> list[str]:
+    """Every configured setting, in reuse order: base, the ablations as listed, the budget settings."""
+    return [BASE, *study.get("ablations", {}), *budget_settings(study)]
+
+
 def settings_names(study: dict) -> list[str]:
-    return [BASE, *study.get("ablations", {})]
+    """The settings that run and are summarised: ``study.include`` (in reuse order), or all of them."""
+    include = study.get("include") or []
+    return [s for s in all_settings(study) if not include or s in include]
+
+
+def family(study: dict, setting: str) -> tuple[str, int]:
+    """(the 1x setting, budget multiple) of a setting: ``paper_comparison_x4`` -> (paper_comparison, 4)."""
+    return budget_settings(study).get(setting, (setting, 1))
 
 
 def _axes(study: dict, setting: str) -> dict:
+    common = {"prompts_per_step": study["prompts_per_step"]} if study.get("prompts_per_step") else {}
     if setting == BASE:
-        return {"ns": study["ns"]}
+        return {"ns": study["ns"], **common}
+    if setting in budget_settings(study):
+        parent, m = budget_settings(study)[setting]
+        ax = _axes(study, parent)
+        if ax.get("time_budget_s"):
+            return {**ax, "time_budget_s": ax["time_budget_s"] * m}
+        return {**ax, "steps": ax.get("steps", study["steps"]) * m}
     ab = study.get("ablations", {})[setting]
-    return {"ns": study.get("ablation_ns", study["ns"]), **ab}
+    return {"ns": study.get("ablation_ns", study["ns"]), **common, **ab}
 
 
 def arm_spec(rl: dict, study: dict, setting: str, n: int) -> dict:
@@ -92,22 +132,34 @@ def arm_spec(rl: dict, study: dict, setting: str, n: int) -> dict:
     return {"stage": stage, "start": ax.get("start", "plateau"), "pool": ax.get("pool", "fixed")}
 
 
+def arm_key(spec: dict) -> str:
+    """What makes two arms the same run: the spec with the learning rate resolved (eta, not its rule)."""
+    import json
+
+    st = spec["stage"]
+    lr = st.get("eta0", 3e-4)
+    if st.get("lr_rule", "sqrt") == "sqrt":
+        lr *= math.sqrt(st["n_rollouts"] * st["prompts_per_step"] / st.get("b0", 1024))
+    stage = {**{k: v for k, v in st.items() if k not in LR_KEYS}, "lr": float(f"{lr:.12g}")}
+    return json.dumps({**spec, "stage": stage}, sort_keys=True)
+
+
 def study_plan(rl: dict, study: dict) -> dict[str, dict[int, str]]:
-    """``{setting: {N: arm setting that runs it}}``: an ablation's N maps to ``base`` when nothing differs."""
+    """``{setting: {N: setting whose arm runs it}}`` for the settings that run: an arm equal to one of an earlier
+    setting (:func:`all_settings` order, included or not) maps to that setting."""
+    owners: dict[str, str] = {}
     out: dict[str, dict[int, str]] = {}
-    for setting in settings_names(study):
-        out[setting] = {}
-        for n in _axes(study, setting)["ns"]:
-            same = (setting != BASE and n in study["ns"]
-                    and arm_spec(rl, study, setting, n) == arm_spec(rl, study, BASE, n))
-            out[setting][n] = BASE if same else setting
+    for setting in all_settings(study):
+        by_n = {n: owners.setdefault(arm_key(arm_spec(rl, study, setting, n)), setting)
+                for n in _axes(study, setting)["ns"]}
+        if setting in settings_names(study):
+            out[setting] = by_n
     return out
 
 
 def arm_jobs(rl: dict, study: dict) -> list[tuple[str, int]]:
-    """The (setting, N) pairs that run (each over every seed)."""
-    return [(setting, n) for setting, by_n in study_plan(rl, study).items() for n, owner in by_n.items()
-            if owner == setting]
+    """The (setting, N) pairs that run (each over every seed): the owners of the included settings' arms."""
+    return list(dict.fromkeys((owner, n) for by_n in study_plan(rl, study).values() for n, owner in by_n.items()))
 
 
 def stage_for(rl: dict, study: dict, setting: str, n: int, seed: int) -> dict:
@@ -154,8 +206,23 @@ def study_errors(config: dict) -> list[str]:
         return errors
     if not rl:
         return ["study: needs the `rl` section (recipe and the ProRL stage the study starts from) [rule: study needs rl]"]
-    for setting in settings_names(study):
-        where = "study" if setting == BASE else f"study.ablations.{setting}"
+    known = [BASE, *study.get("ablations", {})]
+    names = [s for s in all_settings(study) if family(study, s)[0] in known]  # a budget of an unknown setting: below
+    for key, listed in (("include", study.get("include") or []), ("factorial", study.get("factorial") or []),
+                        ("budgets.settings", (study.get("budgets") or {}).get("settings", []))):
+        for name in listed:
+            if name not in (known if key == "budgets.settings" else names):
+                errors.append(f"study.{key}: {name!r} is not a setting (base, study.ablations, the budget "
+                              f"settings: {', '.join(names)}) [rule: known settings]")
+    factorial = study.get("factorial") or []
+    for name in factorial if all(name in names for name in factorial) else []:
+        if sorted(_axes(study, name)["ns"]) != sorted(_axes(study, factorial[0])["ns"]):
+            errors.append(f"study.factorial: {factorial} need the same two N [rule: factorial N]")
+        elif len(_axes(study, name)["ns"]) != 2:
+            errors.append(f"study.factorial.{name}: needs exactly two N (the reference and one larger) [rule: factorial N]")
+    for setting in names:
+        where = ("study" if setting == BASE else f"study.budgets ({setting})" if setting in budget_settings(study)
+                 else f"study.ablations.{setting}")
         ax = _axes(study, setting)
         per_step = ax.get("samples_per_step", study.get("samples_per_step", 0))
         unknown = sorted(set(ax) - set(AXES))
@@ -200,7 +267,7 @@ def study_errors(config: dict) -> list[str]:
         errors.append(f"study.heldout.samples: {h['samples']} samples per prompt cannot estimate pass@"
                       f"{max(study['heldout_k'])} (study.heldout_k) [rule: k <= samples]")
     ref = reference_n(study)
-    for setting in settings_names(study)[1:]:
+    for setting in names[1:]:
         ns = _axes(study, setting)["ns"]
         if not any(n > ref for n in ns):
             errors.append(f"study.ablations.{setting}.ns: no N above the reference N = {ref} (the smallest of "

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from brorl.study.heldout import BINS
-from brorl.study.plan import BASE, arm_spec, is_tiny, reference_n, settings_names, study_plan
+from brorl.study.plan import BASE, all_settings, budget_settings, arm_spec, family, is_tiny, reference_n, study_plan
 from brorl.training.report import paired
 
 ALPHA = 0.05
@@ -44,10 +44,21 @@ def load_arm(folder: Path) -> list[dict]:
         s["heldout"] = json.loads((seed_dir / "heldout.json").read_text())
         z = np.load(seed_dir / "heldout.npz")
         s["p_end"], s["p_start"] = z["p_end"], z["p_start"]
+        start = [(0.0, s["validation_pass1_start"])] if "validation_pass1_start" in s else []
+        s["probe_curve"] = start + _probe_curve(seed_dir / "metrics.csv")
         run = seed_dir / "mlflow_run_id"
         s["run_id"] = run.read_text().strip() if run.exists() else ""
         out.append(s)
     return out
+
+
+def _probe_curve(path: Path) -> list[tuple[float, float]]:
+    """(generated samples so far, exact validation pass@1) at every probe of an arm (metrics.csv)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return [(float(r["arm_generated_samples"]), float(r["probe_q_pos_mean"])) for r in csv.DictReader(f)
+                if r.get("probe_q_pos_mean") not in (None, "")]
 
 
 def _mean(arm, get):
@@ -86,9 +97,9 @@ def compare(best: list[dict], ref: list[dict], judged: np.ndarray | None = None)
     zero = lambda arm: np.mean([s["heldout"]["all"]["histogram"]["zero"] for s in arm])  # noqa: E731
     if math.isnan(test["p_two_sided"]):
         verdict = "tied"
-    elif test["p_two_sided"] < ALPHA and test["delta"] > 0 and all(x > 0 for x in seed_deltas):
+    elif test["p_two_sided"] < ALPHA and test["delta"] > 0 and seed_deltas and all(x > 0 for x in seed_deltas):
         verdict = "won"
-    elif test["p_two_sided"] < ALPHA and test["delta"] < 0 and all(x < 0 for x in seed_deltas):
+    elif test["p_two_sided"] < ALPHA and test["delta"] < 0 and seed_deltas and all(x < 0 for x in seed_deltas):
         verdict = "lost"
     else:
         verdict = "tied"
@@ -111,11 +122,17 @@ def _describe(setting: str, rl: dict, study: dict, n: int) -> str:
             f"start {spec['start']}, pool {spec['pool']}, {budget}")
 
 
-def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_delta, png_base) -> dict:
+def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_delta, png_base,
+                  order: list[str] | None = None) -> dict:
+    """Every included setting's verdict, the factorial, the premise test and the budget trend; figures beside
+    ``md_path``: ``budget.png`` (Δ against total samples) and ``saturation.png`` (continued N=16). ``order``: the
+    settings in config order (which setting's arm is reused depends on it; JSON on the command line sorts keys)."""
+    if order:
+        study = {**study, "ablations": {k: study["ablations"][k] for k in order if k in study.get("ablations", {})}}
     results = Path(results_dir)
     plan = study_plan(rl, study)
-    arms = {(setting, n): load_arm(results / setting / f"n{n}")
-            for setting in settings_names(study) for n in plan[setting] if plan[setting][n] == setting}
+    owners = {(owner, n) for by_n in plan.values() for n, owner in by_n.items()}
+    arms = {(owner, n): load_arm(results / owner / f"n{n}") for owner, n in owners}
     missing = [f"{s}/n{n}" for (s, n), arm in arms.items() if not arm]
     if missing:
         raise FileNotFoundError(f"no finished seeds for study arms: {', '.join(missing)}")
@@ -125,17 +142,23 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
 
     ref_n = reference_n(study)
     rows, verdicts = [], {}
-    for setting in settings_names(study):
+    for setting in plan:
         ns = sorted(plan[setting])
         ref_setting = setting if ref_n in plan[setting] else BASE
         ref = arm_of(ref_setting, ref_n)
         bigger = [n for n in ns if n > ref_n]
         best_n, judged = _select(bigger, lambda n: arm_of(setting, n))
-        verdicts[setting] = {**compare(arm_of(setting, best_n), ref, judged), "best_n": best_n,
+        best = arm_of(setting, best_n)
+        verdicts[setting] = {**compare(best, ref, judged), "best_n": best_n,
                              "judged": "all" if judged is None else "odd-indexed half",
                              "describe": _describe(setting, rl, study, best_n),
                              "describe_ref": _describe(ref_setting, rl, study, ref_n), "ref_n": ref_n,
-                             "ref_setting": ref_setting}
+                             "ref_setting": ref_setting, "samples": _mean(ref, lambda s: s["generated_samples"]),
+                             "wall_s": sum(_mean(arm_of(setting, n), lambda s: s["wall_time_s"]) * len(arm_of(setting, n))
+                                           for n in ns),
+                             "end_best": float(np.mean([s["p_end"].mean() for s in best])),
+                             "end_ref": float(np.mean([s["p_end"].mean() for s in ref])),
+                             "start": float(np.mean(ref[0]["p_start"])), "unequal": _per_step(best) != _per_step(ref)}
         for n in ns:
             rows.append({**arm_row(setting, n, arm_of(setting, n)),
                          "reused_from": plan[setting][n] if plan[setting][n] != setting else ""})
@@ -144,9 +167,72 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
         w = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["reused_from"])
         w.writeheader()
         w.writerows(rows)
+    factorial = factorial_of(study, plan, arm_of)
+    premise = premise_tests(rl, study, plan, arm_of)
+    out = Path(md_path).parent
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
-    Path(md_path).write_text(_markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base))
+    _budget_figure(study, verdicts, out / "budget.png")
+    _saturation_figure(premise, out / "saturation.png")
+    Path(md_path).write_text(_markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise))
     return verdicts
+
+
+def effect(plus: list[list[dict]], minus: list[list[dict]], scale: float = 1.0) -> dict:
+    """A contrast of arms on held-out p: scale x (sum of ``plus`` arms - sum of ``minus`` arms), per prompt
+    (p averaged over seeds) with a one-sample t-test over prompts, and per seed (seeds present in every arm)."""
+    def per_prompt(group):
+        return sum(np.mean([s["p_end"] for s in arm], axis=0) for arm in group) * scale
+
+    test = paired(per_prompt(plus), per_prompt(minus))
+    seeds = sorted(set.intersection(*({s["seed"] for s in arm} for arm in plus + minus)))
+
+    def at(group, seed):
+        return sum(next(s for s in arm if s["seed"] == seed)["p_end"].mean() for arm in group) * scale
+
+    return {**test, "seed_deltas": [float(at(plus, seed) - at(minus, seed)) for seed in seeds]}
+
+
+def factorial_effects(cells: dict[tuple[int, int], list[dict]]) -> dict[str, dict]:
+    """The 2x2 N x batch factorial from its cells ``{(N index, batch index): arm}`` (0: N=16 / batch S, 1: the
+    larger N / 8S): the main effects of N and of batch (each averaged over the other factor) and the interaction
+    (the N effect at 8S minus the N effect at S)."""
+    c = cells
+    return {"N": effect([c[1, 0], c[1, 1]], [c[0, 0], c[0, 1]], 0.5),
+            "batch": effect([c[0, 1], c[1, 1]], [c[0, 0], c[1, 0]], 0.5),
+            "interaction": effect([c[1, 1], c[0, 0]], [c[0, 1], c[1, 0]])}
+
+
+def factorial_of(study: dict, plan: dict, arm_of) -> dict | None:
+    names = study.get("factorial") or []
+    if len(names) != 2 or not all(name in plan for name in names):
+        return None
+    ns = sorted(plan[names[0]])
+    cells = {(i, j): arm_of(names[j], n) for i, n in enumerate(ns) for j in range(2)}
+    return {"settings": names, "ns": ns, "cells": {k: float(np.mean([s["p_end"].mean() for s in v]))
+                                                   for k, v in cells.items()},
+            "runs": {k: [s["run_id"] for s in v] for k, v in cells.items()},
+            "effects": factorial_effects(cells)}
+
+
+def premise_tests(rl: dict, study: dict, plan: dict, arm_of) -> list[dict]:
+    """BroRL's premise: continued N=16 no longer improves. For every distinct N=16 arm from the plateau start:
+    held-out p at the end against the start, paired over prompts (averaged over seeds), with the per-seed gains;
+    and its validation pass@1 curve against generated samples (the saturation curve)."""
+    ref_n, out, seen = reference_n(study), [], set()
+    for setting, by_n in plan.items():
+        owner = by_n.get(ref_n)
+        if owner is None or owner in seen or arm_spec(rl, study, setting, ref_n)["start"] != "plateau":
+            continue
+        seen.add(owner)
+        arm = arm_of(setting, ref_n)
+        test = paired(np.mean([s["p_end"] for s in arm], axis=0), np.mean([s["p_start"] for s in arm], axis=0))
+        gains = [float(s["p_end"].mean() - s["p_start"].mean()) for s in arm]
+        out.append({**test, "arm": owner, "seed_deltas": gains, "samples": _mean(arm, lambda s: s["generated_samples"]),
+                    "start": float(np.mean(arm[0]["p_start"])), "end": float(np.mean([s["p_end"].mean() for s in arm])),
+                    "significant_gain": test["delta"] > 0 and test["p_two_sided"] < ALPHA and all(g > 0 for g in gains),
+                    "curves": [s["probe_curve"] for s in arm], "wall_s": _mean(arm, lambda s: s["wall_time_s"]),
+                    "runs": [s["run_id"] for s in arm]})
+    return sorted(out, key=lambda r: (r["samples"], max(map(len, r["curves"]), default=0)))  # last: longest curve
 
 
 def _select(bigger: list[int], arm_of) -> tuple[int, np.ndarray | None]:
@@ -168,17 +254,25 @@ def _p(x: float) -> str:
     return "–" if x is None or math.isnan(x) else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
 
 
-def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base) -> str:
+def _runs(arm_or_ids) -> str:
+    ids = [s["run_id"] if isinstance(s, dict) else s for s in arm_or_ids]
+    return " ".join(i[:8] for i in ids)
+
+
+def _seeds(deltas) -> str:
+    return ", ".join(f"{x:+.4f}" for x in deltas)
+
+
+def _test_cells(v) -> str:
+    return f"{v['delta']:+.4f} | {v['t']:.2f} | {_p(v['p_two_sided'])} | {_seeds(v['seed_deltas'])}"
+
+
+def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise) -> str:
     n_seeds = len(study["seeds"])
     ref_n = reference_n(study)
-    start = arm_of(BASE, ref_n)[0]
+    first = next(iter(plan))
+    start = arm_of(first, min(plan[first]))[0]
     start_all = float(np.mean(start["p_start"]))
-    counts = {v: sum(1 for x in verdicts.values() if x["verdict"] == v) for v in ("won", "lost", "tied")}
-    ds_up = sum(1 for x in verdicts.values() if x["ds_best"] > x["ds_ref"])
-    p256_up = sum(1 for x in verdicts.values() if x["delta_pass256"] > 0)
-    zero_down = sum(1 for x in verdicts.values() if x["delta_zero_share"] < 0)
-    probe_up = sum(1 for x in verdicts.values() if x["probe_best"] > x["probe_ref"])
-    total = len(verdicts)
     estimate = start["heldout"].get("estimate", "exact")
     how = ("Held-out numbers are exact expectations from teacher-forced probabilities over the test split (all "
            "families), not samples (`brorl.study.heldout`)." if estimate == "exact" else
@@ -186,35 +280,59 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base) -> s
            "pass@k: the unbiased estimator; `brorl.study.heldout`).")
     lines = [
         f"# The N-scaling study ({'tiny' if is_tiny(rl) else 'paper'} profile)", "",
-        f"From the saturated ProRL checkpoint (held-out mean@k {start_all:.4f}), arms at equal generated samples "
-        f"per step ({study['samples_per_step']:,}) and in total ({study['samples_per_step'] * study['steps']:,}, "
-        f"{study['steps']} steps) unless a setting says otherwise; {n_seeds} seeds; one generation round per step "
-        "(dynamic sampling filters, no refill). " + how, "",
+        f"From the ProRL checkpoint (held-out mean@k {start_all:.4f}), N={ref_n} against larger N at equal generated "
+        f"samples in total; {n_seeds} seeds configured; one generation round per step (dynamic sampling filters, no refill). "
+        "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",
+        _coverage(study, plan, verdicts) + _short_arms(study, plan, arm_of), "",
+        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n), ""]
+    unequal = {s: v for s, v in verdicts.items() if v["unequal"]}
+    if unequal:
+        lines += ["## BroRL's comparison: larger N at a larger batch", "",
+                  f"Settings whose larger-N arm has more samples per step than the N={ref_n} arm (BroRL Table 1: "
+                  "N=512 x 128 prompts, 8x the samples per step, sqrt lr, against N=16 x 512 prompts, equal totals). "
+                  "Δ: held-out mean@k, larger N minus N=16; t and p: paired over test prompts (p averaged over "
+                  "seeds); per-seed Δ: seed-matched.", "",
+                  f"| setting | N={ref_n} arm | larger-N arm | samples per arm | N={ref_n} end | larger N end | Δ | t | p | "
+                  "per-seed Δ | verdict | wall s (all arms) | runs (larger N; N=16) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for setting, v in unequal.items():
+            lines.append(f"| {setting} | {v['describe_ref']} | {v['describe']} | {v['samples']:,.0f} | {v['end_ref']:.4f} | "
+                         f"{v['end_best']:.4f} | {_test_cells(v)} | **{v['verdict']}** | {v['wall_s']:.0f} | "
+                         f"{_runs(arm_of(setting, v['best_n']))}; {_runs(arm_of(v['ref_setting'], ref_n))} |")
+        lines.append("")
+    if factorial:
+        lines += _factorial_md(factorial, ref_n)
+    lines += _budget_md(study, verdicts, ref_n) + _premise_md(premise, ref_n)
+    counts = {v: sum(1 for x in verdicts.values() if x["verdict"] == v) for v in ("won", "lost", "tied")}
+    ds_up = sum(1 for x in verdicts.values() if x["ds_best"] > x["ds_ref"])
+    p256_up = sum(1 for x in verdicts.values() if x["delta_pass256"] > 0)
+    zero_down = sum(1 for x in verdicts.values() if x["delta_zero_share"] < 0)
+    probe_up = sum(1 for x in verdicts.values() if x["probe_best"] > x["probe_ref"])
+    total = len(verdicts)
+    lines += [
         "## Verdict per setting", "",
         f"Best larger-N arm chosen on validation, compared with the N={ref_n} arm on held-out mean@k: Δ, a paired t-test "
         "over test prompts (per-prompt p averaged over seeds) and the seed-matched differences. "
         + ("" if all(v["judged"] == "all" for v in verdicts.values()) else
            "Without validation probes (paper profile) the best arm is chosen on the even-indexed held-out prompts "
            "and judged on the odd-indexed ones. ") +
-        "won / lost: two-sided p < 0.05 and every seed agrees; otherwise tied.", "",
+        "won / lost: two-sided p < 0.05 and every seed agrees; otherwise tied. Wall s: training seconds of all "
+        "the setting's arms and seeds (reused arms included).", "",
         "| setting | best N | Δ mean@k | t | p (two-sided) | per-seed Δ | verdict | Δ pass@256 | Δ zero share "
-        f"| DS pass rate (best / N={ref_n}) | probes: correct answers up (best / N={ref_n}) | runs (best; N={ref_n}) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"| DS pass rate (best / N={ref_n}) | probes: correct answers up (best / N={ref_n}) | wall s | runs (best; N={ref_n}) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for setting, v in verdicts.items():
-        sd = ", ".join(f"{x:+.4f}" for x in v["seed_deltas"])
-        runs = (" ".join(s["run_id"][:8] for s in arm_of(setting, v["best_n"])) + "; "
-                + " ".join(s["run_id"][:8] for s in arm_of(v["ref_setting"], ref_n)))
-        lines.append(f"| {setting} | {v['best_n']} | {v['delta']:+.4f} | {v['t']:.2f} | {_p(v['p_two_sided'])} | "
-                     f"{sd} | **{v['verdict']}** | {v['delta_pass256']:+.4f} | {v['delta_zero_share']:+.3f} | "
-                     f"{v['ds_best']:.2f} / {v['ds_ref']:.2f} | {v['probe_best']:.2f} / {v['probe_ref']:.2f} | {runs} |")
+        lines.append(f"| {setting} | {v['best_n']} | {_test_cells(v)} | **{v['verdict']}** | {v['delta_pass256']:+.4f} | "
+                     f"{v['delta_zero_share']:+.3f} | {v['ds_best']:.2f} / {v['ds_ref']:.2f} | "
+                     f"{v['probe_best']:.2f} / {v['probe_ref']:.2f} | {v['wall_s']:.0f} | "
+                     f"{_runs(arm_of(setting, v['best_n']))}; {_runs(arm_of(v['ref_setting'], ref_n))} |")
     lines += ["", f"Settings (best larger-N arm; the N={ref_n} arm it is compared with):", ""]
     for setting, v in verdicts.items():
         lines.append(f"- **{setting}**: {v['describe']}; N={ref_n}: {v['describe_ref']}")
     lines += ["", "## What this says", "",
               f"Larger N **won in {counts['won']} of {total} settings, lost in {counts['lost']}, tied in "
               f"{counts['tied']}** (held-out mean@k, best larger-N arm vs N={ref_n}, at equal generated samples "
-              "unless the setting says otherwise). " + _reading(verdicts, ref_n),
+              "in total). " + _reading(verdicts, ref_n),
               "",
               f"Mechanisms the probes point to: the dynamic-sampling pass rate (share of prompts whose N samples "
               f"are not all equal, i.e. that carry a learning signal) is higher for the best larger-N arm in "
@@ -222,17 +340,18 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base) -> s
               f"test prompts at p <= 1/512 (the zero bin) is lower in {zero_down} of {total}; on the multi-answer "
               f"probes, the share of correct answers whose probability rose is higher in {probe_up} of {total}. "
               "Read together: " + _mechanism(ds_up, p256_up, zero_down, probe_up, total), "",
-              f"![difference per setting]({Path(png_delta).name})", f"![base setting]({Path(png_base).name})", "",
+              f"![difference per setting]({Path(png_delta).name})", f"![arms of {first}]({Path(png_base).name})", "",
               "## Every arm", "",
               "Means over seeds. val: exact validation pass@1 at the end; test: held-out mean@k, pass@k, share of "
               "test prompts in the zero bin; tail: exact Q_pos at the end on test prompts whose start p lay in "
               "(1/512, 1/16); probes: share of (prompt, correct answer) pairs of the multi-answer test prompts "
-              "whose probability rose, and the worst drop. `reused`: the arm equals the base arm of that N.", "",
+              "whose probability rose, and the worst drop. `reused (s)`: the arm is setting s's (same stage with "
+              "the same resolved learning rate, start and pool), run once.", "",
               "| setting | N | prompts/step | steps | samples | kept | wall s | DS pass | val | test mean@k | "
               "pass@16 | pass@256 | zero | tail | probes up | worst drop | runs |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        runs = f"reused ({r['reused_from']})" if r["reused_from"] else " ".join(x[:8] for x in r["runs"].split())
+        runs = f"reused ({r['reused_from']})" if r["reused_from"] else _runs(r["runs"].split())
         lines.append(
             f"| {r['setting']} | {r['n']} | {r['prompts_per_step']} | {r['steps']:.1f} | {r['generated_samples']:,.0f} | "
             f"{r['kept_samples']:,.0f} | {r['wall_time_s']:.0f} | {r['dynamic_sampling_pass_rate']:.2f} | "
@@ -242,6 +361,176 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base) -> s
     lines += ["", "Run ids are MLflow run ids (first 8 characters; full ids in `summary.csv`), experiment of "
               "the profile's `tracking` section.", ""]
     return "\n".join(lines)
+
+
+def _per_step(arm: list[dict]) -> int:
+    s = arm[0]
+    return s["prompts_per_step"][0] * s["n_rollouts"][0]
+
+
+def _coverage(study, plan, verdicts) -> str:
+    """Which settings this summary covers, and what the configured ones it does not cover would cost."""
+    ran = list(plan)
+    out = f"Settings in this summary: {', '.join(ran)}."
+    rest = [s for s in all_settings(study) if s not in plan]
+    if not rest:
+        return out
+    costs = []
+    for s in rest:
+        parent, m = budget_settings(study).get(s, (s, 1))
+        if parent in verdicts and m > 1:
+            costs.append(f"{s} (~{verdicts[parent]['wall_s'] * m / 60:.0f} arm-minutes of training: {m} x "
+                         f"{parent}'s measured time over all its arms and seeds, about half that on 2 cores)")
+        else:
+            costs.append(s)
+    return out + " Configured but not run here (`study.include`): " + "; ".join(costs) + "."
+
+
+def _short_arms(study, plan, arm_of) -> str:
+    """Arms with fewer finished seeds than configured (the summary reads the seeds that finished)."""
+    want = len(study["seeds"])
+    short = sorted({f"{owner}/n{n} ({len(arm_of(s, n))} of {want})" for s, by_n in plan.items()
+                    for n, owner in by_n.items() if len(arm_of(s, n)) < want})
+    return (" **Arms with fewer seeds than configured** (not finished in the time available; every test and "
+            "per-seed list below uses the seeds that finished): " + ", ".join(short) + ".") if short else ""
+
+
+def _factorial_md(f, ref_n) -> list[str]:
+    small, large = f["settings"]
+    n0, n1 = f["ns"]
+    e = f["effects"]
+    c = f["cells"]
+    lines = ["## The 2x2 factorial: N x batch (learning rate by the sqrt rule)", "",
+             f"Cells (held-out mean@k at the end, mean over seeds): rows N, columns batch ({small}: small, "
+             f"{large}: 8x). Equal total samples in every cell.", "",
+             f"| N | {small} | {large} |", "|---|---|---|",
+             f"| {n0} | {c[0, 0]:.4f} ({_runs(f['runs'][0, 0])}) | {c[0, 1]:.4f} ({_runs(f['runs'][0, 1])}) |",
+             f"| {n1} | {c[1, 0]:.4f} ({_runs(f['runs'][1, 0])}) | {c[1, 1]:.4f} ({_runs(f['runs'][1, 1])}) |", "",
+             "Effects: N = mean over batch of (N=" + f"{n1} - N={n0}); batch = mean over N of (8x - 1x); interaction = "
+             "(N effect at 8x) - (N effect at 1x). t and p: one-sample t-test over test prompts of the per-prompt "
+             "contrast (p averaged over seeds); per-seed: the contrast on each seed's arms.", "",
+             "| effect | estimate | t | p (two-sided) | per-seed |", "|---|---|---|---|---|"]
+    lines += [f"| {k} | {_test_cells(v)} |" for k, v in e.items()]
+    lines += ["", f"The larger-N-at-8x minus N={n0}-at-1x difference (BroRL's comparison) is exactly the sum of the "
+              f"two main effects: {e['N']['delta']:+.4f} (N) {e['batch']['delta']:+.4f} (batch) = "
+              f"{e['N']['delta'] + e['batch']['delta']:+.4f}.", ""]
+    return lines
+
+
+def _families(study, verdicts) -> dict[str, list[tuple[int, str]]]:
+    """``{1x setting: [(multiple, setting), ...]}`` over the summarised settings."""
+    fams: dict[str, list[tuple[int, str]]] = {}
+    for s in verdicts:
+        parent, m = family(study, s)
+        fams.setdefault(parent, []).append((m, s))
+    return {k: sorted(v) for k, v in fams.items()}
+
+
+def _budget_points(study, verdicts) -> dict[str, list[tuple[int, str]]]:
+    """The families with more than one budget."""
+    return {k: v for k, v in _families(study, verdicts).items() if len(v) > 1}
+
+
+def _budget_md(study, verdicts, ref_n) -> list[str]:
+    fams = _budget_points(study, verdicts)
+    if not fams:
+        return []
+    lines = ["## The compute budget", "",
+             f"The same setting at m times its steps (equal totals within a budget). Δ: held-out mean@k, larger N "
+             f"minus N={ref_n}.", "", "| setting | budget | samples per arm | Δ | t | p | per-seed Δ | verdict | wall s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for fam, pts in fams.items():
+        for m, s in pts:
+            v = verdicts[s]
+            lines.append(f"| {fam} | {m}x | {v['samples']:,.0f} | {_test_cells(v)} | **{v['verdict']}** | {v['wall_s']:.0f} |")
+    return lines + ["", "![Δ against total samples](budget.png)", ""]
+
+
+def _premise_md(premise, ref_n) -> list[str]:
+    if not premise:
+        return []
+    lines = ["## The premise: does continued N=16 still improve?", "",
+             f"BroRL starts where continued N={ref_n} no longer improves. Every N={ref_n} arm from the ProRL "
+             "checkpoint, end against start on held-out p (paired over test prompts, p averaged over seeds; "
+             "per-seed gains).", "",
+             "| arm | samples | start mean@k | end mean@k | gain | t | p | per-seed gain | significant gain | runs |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in premise:
+        lines.append(f"| {r['arm']} | {r['samples']:,.0f} | {r['start']:.4f} | {r['end']:.4f} | {_test_cells(r)} | "
+                     f"{'yes' if r['significant_gain'] else 'no'} | {_runs(r['runs'])} |")
+    longest = premise[-1]
+    lines += ["", "![continued N=16: validation pass@1 against samples](saturation.png)", "",
+              _premise_sentence(premise, ref_n), ""]
+    return lines
+
+
+def late_gain(curves) -> float:
+    """Validation pass@1 gained over the second half of the samples (mean over seeds): ~0 once saturated."""
+    gains = []
+    for c in filter(None, curves):
+        x, y = np.array(c).T
+        gains.append(float(y[-1] - y[np.argmin(np.abs(x - x[-1] / 2))]))
+    return float(np.mean(gains)) if gains else math.nan
+
+
+def _premise_sentence(premise, ref_n) -> str:
+    longest = premise[-1]
+    late = late_gain(longest["curves"])
+    if any(r["significant_gain"] for r in premise):
+        return (f"**Premise not met**: continued N={ref_n} still gains significantly from this start (up to "
+                f"{longest['samples']:,.0f} samples per arm: {longest['start']:.4f} -> {longest['end']:.4f}, every seed). "
+                "The comparisons above are therefore from a start that is still improving, not BroRL's saturated "
+                f"start. Over the second half of {longest['arm']}'s samples its exact validation pass@1 moved by "
+                f"{late:+.4f} (mean over seeds): " + ("the curve is still rising" if late > 0.005 else
+                                                     "the curve is flattening") +
+                f". That arm took {longest['wall_s'] / 60:.0f} min of training per seed here; the budget settings "
+                "(`study.budgets`) extend it, at the cost stated at the top.")
+    return (f"**Premise met**: no N={ref_n} arm gains significantly on every seed within {longest['samples']:,.0f} "
+            "samples per arm.")
+
+
+def _claims(verdicts, factorial, premise, study, ref_n) -> str:
+    """The verdict paragraph: which of BroRL's claims the numbers support, contradict or cannot test."""
+    supports, contradicts, untested = [], [], []
+    if premise:
+        if any(r["significant_gain"] for r in premise):
+            untested.append(f"its premise does not hold here (continued N={ref_n} keeps improving: "
+                            f"{premise[-1]['start']:.3f} -> {premise[-1]['end']:.3f} at {premise[-1]['samples']:,.0f} "
+                            "samples), so the comparisons test BroRL's recipe on a model that has not saturated")
+        else:
+            supports.append(f"the premise (continued N={ref_n} has saturated) holds within the budgets run")
+    for s, v in verdicts.items():
+        if v["unequal"]:
+            what = (f"{s} ({v['describe']} vs N={ref_n}: {v['describe_ref']}): Δ {v['delta']:+.4f}, p {_p(v['p_two_sided'])}, "
+                    f"per-seed {_seeds(v['seed_deltas'])}")
+            (supports if v["verdict"] == "won" else contradicts if v["verdict"] == "lost" else untested).append(
+                ("larger N at a larger batch beats continued N=16 at equal samples: " if v["verdict"] != "tied"
+                 else "the headline comparison is not resolved: ") + what)
+    if factorial:
+        e = factorial["effects"]
+        n_eff = e["N"]
+        sig = n_eff["p_two_sided"] < ALPHA and all(np.sign(x) == np.sign(n_eff["delta"]) for x in n_eff["seed_deltas"])
+        text = (f"the gain is due to N (the factorial's N main effect {n_eff['delta']:+.4f}, p {_p(n_eff['p_two_sided'])}; "
+                f"batch/lr main effect {e['batch']['delta']:+.4f}, p {_p(e['batch']['p_two_sided'])}; interaction "
+                f"{e['interaction']['delta']:+.4f}, p {_p(e['interaction']['p_two_sided'])})")
+        (supports if sig and n_eff["delta"] > 0 else contradicts if sig else untested).append(text)
+    for fam, pts in _budget_points(study, verdicts).items():
+        ds = [verdicts[s]["delta"] for _, s in pts]
+        trend = "grows" if ds[-1] > ds[0] else "shrinks or stays"
+        text = (f"larger N's advantage grows with the budget ({fam}: Δ {', '.join(f'{d:+.4f}' for d in ds)} at "
+                f"{', '.join(f'{m}x' for m, _ in pts)}; last verdict {verdicts[pts[-1][1]]['verdict']})")
+        (supports if trend == "grows" and verdicts[pts[-1][1]]["verdict"] == "won" else
+         contradicts if trend != "grows" and verdicts[pts[-1][1]]["verdict"] == "lost" else untested).append(text)
+    diverged = [s for s, v in verdicts.items() if v["unequal"] and "(sqrt)" in v["describe"] and v["end_best"] < v["start"]]
+    if diverged:
+        contradicts.append("the sqrt learning-rate rule carries over to the larger batch: the larger-N arm ended "
+                           "below the start under " + ", ".join(diverged))
+    untested.append("the paper's absolute numbers (a 1.5B model on math, code and reasoning benchmarks) and its "
+                    "GPU throughput (Table 2): not at this scale")
+    fmt = lambda xs: "; ".join(xs) if xs else "none"  # noqa: E731
+    return (f"What was compared: N={ref_n} against larger N at equal total generated samples, at the settings' own "
+            f"samples per step and learning rates (tables below). The tiny model **supports**: {fmt(supports)}. "
+            f"It **contradicts**: {fmt(contradicts)}. It **cannot test / does not resolve**: {fmt(untested)}.")
 
 
 def _reading(verdicts, ref_n) -> str:
@@ -294,13 +583,14 @@ def _figures(study, plan, arm_of, verdicts, png_delta, png_base) -> None:
     fig.savefig(png_delta, dpi=120)
     plt.close(fig)
 
-    ns = sorted(plan[BASE])
-    ks = sorted(int(k[5:]) for k in arm_of(BASE, ns[0])[0]["heldout"]["all"] if k.startswith("pass@"))
+    first = BASE if BASE in plan else next(iter(plan))
+    ns = sorted(plan[first])
+    ks = sorted(int(k[5:]) for k in arm_of(first, ns[0])[0]["heldout"]["all"] if k.startswith("pass@"))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
     ref_n = reference_n(study)
-    start = arm_of(BASE, ref_n)[0]["p_start"]
+    start = arm_of(first, ns[0])[0]["p_start"]
     for n in ns:
-        arm = arm_of(BASE, n)
+        arm = arm_of(first, n)
         a1.plot(ks, [np.mean([s["heldout"]["all"][f"pass@{k}"] for s in arm]) for k in ks], marker="o", label=f"N={n}")
     a1.plot(ks, [float(np.mean(1 - (1 - start) ** k)) for k in ks], "k--", label="start")
     a1.set_xscale("log", base=2)
@@ -314,14 +604,89 @@ def _figures(study, plan, arm_of, verdicts, png_delta, png_base) -> None:
 
     a2.bar(x, [histogram(start)[b] for b in labels], width, color="k", alpha=0.5, label="start")
     for j, n in enumerate(ns):
-        arm = arm_of(BASE, n)
+        arm = arm_of(first, n)
         a2.bar(x + (j + 1) * width, [np.mean([s["heldout"]["all"]["histogram"][b] for s in arm]) for b in labels],
                width, label=f"N={n}")
     a2.set_xticks(x + width * len(ns) / 2, labels, fontsize=7)
     a2.set_ylabel("share of test prompts")
     a2.set_title("per-prompt pass rate (exact)")
     a2.legend(fontsize=7)
-    fig.suptitle("Base setting: equal generated samples per step and in total")
+    fig.suptitle(f"Setting {first}: its arms at the end")
     fig.tight_layout()
     fig.savefig(png_base, dpi=120)
     plt.close(fig)
+
+
+def _budget_figure(study, verdicts, path) -> None:
+    """Held-out mean@k difference (larger N minus N=16) against total samples per arm, one line per setting
+    (its budget multiples), band: the seeds' range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for fam, pts in _families(study, verdicts).items():
+        v = [verdicts[s] for _, s in pts]
+        x = [r["samples"] for r in v]
+        line, = ax.plot(x, [r["delta"] for r in v], marker="o", label=fam)
+        ax.fill_between(x, [min(r["seed_deltas"] or [r["delta"]]) for r in v], [max(r["seed_deltas"] or [r["delta"]]) for r in v],
+                        color=line.get_color(), alpha=0.15)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("generated samples per arm")
+    ax.set_ylabel(f"Δ held-out mean@k (larger N - N={reference_n(study)})")
+    ax.set_title("Larger N minus N=16 against the budget (band: seeds' range)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _saturation_figure(premise, path) -> None:
+    """Continued N=16 from the ProRL checkpoint: exact validation pass@1 against generated samples, each arm's
+    seeds (thin) and, as points, held-out mean@k at the start and end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for r in premise:
+        colour = None
+        for curve in r["curves"]:
+            if curve:
+                line, = ax.plot(*zip(*curve), lw=0.8, alpha=0.7, color=colour,
+                                label=None if colour else f"{r['arm']} (validation pass@1)")
+                colour = line.get_color()
+        ax.scatter([r["samples"]], [r["end"]], marker="s", color=colour, zorder=3,
+                   label=f"{r['arm']} (held-out mean@k at the end)")
+    if premise:
+        ax.axhline(premise[0]["start"], color="k", ls="--", lw=0.8, label="held-out start")
+    ax.set_xlabel("generated samples (continued N=16)")
+    ax.set_ylabel("pass@1 (exact)")
+    ax.set_title("Does continued N=16 saturate?")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+MARKERS = ("<!-- study-verdict:start -->", "<!-- study-verdict:end -->")
+
+
+def splice_verdict(summary_md, readme) -> None:
+    """Copy the summary's generated verdict paragraph into ``readme`` between :data:`MARKERS` (make study-docs)."""
+    text = Path(summary_md).read_text()
+    verdict = text.split("## Verdict\n\n", 1)[1].split("\n\n", 1)[0]
+    doc = Path(readme).read_text()
+    if not all(m in doc for m in MARKERS):
+        raise ValueError(f"{readme}: no {MARKERS[0]} ... {MARKERS[1]} block to write the verdict into")
+    head, rest = doc.split(MARKERS[0], 1)
+    Path(readme).write_text(f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
+
+
+if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD
+    import sys
+
+    splice_verdict(*sys.argv[1:3])
