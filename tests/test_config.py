@@ -14,8 +14,11 @@ from brorl.config import (PROJECT_ROOT, SCHEMA_PATH, ConfigError, load_config, m
 
 # Each profile as Snakemake loads it: a base file and its overlays, in --configfile order.
 PROFILES = ["config/config.yaml", "config/config.yaml config/strong.yaml", "config/paper.yaml",
-            "config/paper.yaml config/paper_study.yaml", "tests/configs/ci.yaml"]
-STRONG_FULL_COMMIT = "46a57f1"  # the last full copy of config/strong.yaml (branch i21-speed: job-following threads)
+            "config/paper.yaml config/paper_study.yaml", "tests/configs/ci.yaml",
+            "config/config.yaml config/study.yaml", "config/config.yaml config/study.yaml config/study_batch.yaml"]
+# The tiny overlays and the last commit where each was a full copy of config/config.yaml (plus its changes).
+FULL_COPIES = {"config/strong.yaml": "46a57f1",  # branch i21-speed: job-following threads
+               "config/study.yaml": "c569fcb"}   # main before issue 18's overlays
 
 
 def tiny():
@@ -439,7 +442,8 @@ def test_merge_is_snakemakes(tmp_path):
     update_config(expected, copy.deepcopy(overlay))
     assert merge_configs([base, overlay]) == expected
     assert base["a"]["b"] == [1, 2]  # inputs unchanged
-    for files in (["config/config.yaml", "config/strong.yaml"], ["config/paper.yaml", "config/paper_study.yaml"]):
+    for files in (["config/config.yaml", "config/strong.yaml"], ["config/paper.yaml", "config/paper_study.yaml"],
+                  ["config/config.yaml", "config/study.yaml", "config/study_batch.yaml"]):
         expected = {}
         for f in files:
             update_config(expected, yaml.safe_load((PROJECT_ROOT / f).read_text()))
@@ -447,6 +451,7 @@ def test_merge_is_snakemakes(tmp_path):
 
 
 @pytest.mark.parametrize("base,overlay", [("config/config.yaml", "config/strong.yaml"),
+                                          ("config/config.yaml", "config/study.yaml"),
                                           ("config/paper.yaml", "config/paper_study.yaml")])
 def test_an_overlay_states_only_what_differs_from_its_base(base, overlay):
     def leaves(node, path=()):
@@ -464,16 +469,25 @@ def test_an_overlay_states_only_what_differs_from_its_base(base, overlay):
         assert node != value, f"{overlay}: {'.'.join(path)} repeats the base's value"
 
 
-def test_strong_overlay_on_the_tiny_profile_equals_the_old_full_strong_yaml():
-    """config/strong.yaml was a full copy of config/config.yaml until 46a57f1 (issue 21's threads); the overlay
-    on its base must give exactly that config, so the strong setting's jobs and config_hash tags are unchanged."""
-    old = subprocess.run(["git", "show", f"{STRONG_FULL_COMMIT}:config/strong.yaml"], cwd=PROJECT_ROOT,
-                         capture_output=True, text=True)
+def _full_copy(overlay):
+    """The old full copy of ``overlay`` (git history), or skip where this checkout has no history."""
+    commit = FULL_COPIES[overlay]
+    old = subprocess.run(["git", "show", f"{commit}:{overlay}"], cwd=PROJECT_ROOT, capture_output=True, text=True)
     if old.returncode != 0:
-        pytest.skip(f"no git history with {STRONG_FULL_COMMIT} here: {old.stderr.strip()}")
-    merged = load_config(PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/strong.yaml")
-    assert merged == yaml.safe_load(old.stdout)
-    assert merged["rl"]["arms"]["seeds"] == [0, 1, 2, 3, 4] and merged["rl"]["arms"]["sample_budget"] == 49152
+        pytest.skip(f"no git history with {commit} here: {old.stderr.strip()}")
+    return old.stdout
+
+
+@pytest.mark.parametrize("overlay", FULL_COPIES)
+def test_a_tiny_overlay_on_its_base_equals_its_old_full_copy(overlay):
+    """config/strong.yaml and config/study.yaml were full copies of config/config.yaml (plus their changes); each
+    overlay on its base must give exactly that config, so its jobs and config_hash tags are unchanged."""
+    merged = load_config(PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / overlay)
+    assert merged == yaml.safe_load(_full_copy(overlay))
+    if overlay == "config/strong.yaml":
+        assert merged["rl"]["arms"]["seeds"] == [0, 1, 2, 3, 4] and merged["rl"]["arms"]["sample_budget"] == 49152
+    else:
+        assert merged["study"]["ns"] == [16, 64, 256, 512] and "study" not in load_config(PROJECT_ROOT / "config/config.yaml")
 
 
 def test_an_overlay_alone_says_it_needs_its_base():
@@ -539,20 +553,19 @@ def test_snakemake_names_the_overlay_file_and_line_before_any_job(tmp_path):
     assert not (tmp_path / "out" / "results").exists()
 
 
-def test_strong_command_plans_what_the_old_full_strong_yaml_planned(tmp_path):
-    """`snakemake --configfile config/config.yaml config/strong.yaml` (the Snakefile's default config/config.yaml
-    applies only without --configfile) plans the same jobs and commands as the old full file did."""
-    old = subprocess.run(["git", "show", f"{STRONG_FULL_COMMIT}:config/strong.yaml"], cwd=PROJECT_ROOT,
-                         capture_output=True, text=True)
-    if old.returncode != 0:
-        pytest.skip(f"no git history with {STRONG_FULL_COMMIT} here: {old.stderr.strip()}")
-    (tmp_path / "old.yaml").write_text(old.stdout)
-    plans = [_plan(tmp_path / "overlay", PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/strong.yaml"),
-             _plan(tmp_path / "full", tmp_path / "old.yaml")]
+@pytest.mark.parametrize("overlays,arm_jobs,value", [
+    (["config/strong.yaml"], ("train_arm", 25), '"sample_budget": 49152'),  # 5 arms x 5 seeds
+    (["config/study.yaml", "config/study_batch.yaml"], ("study_arm", 15), '"include": ["paper_comparison", ')])
+def test_overlay_command_plans_what_the_old_full_copy_planned(tmp_path, overlays, arm_jobs, value):
+    """`snakemake --configfile config/config.yaml <overlays>` (the Snakefile's default config/config.yaml applies
+    only without --configfile) plans the same jobs and commands as the old full file did."""
+    (tmp_path / "old.yaml").write_text(_full_copy(overlays[0]))
+    plans = [_plan(tmp_path / "overlay", PROJECT_ROOT / "config/config.yaml", *(PROJECT_ROOT / f for f in overlays)),
+             _plan(tmp_path / "full", tmp_path / "old.yaml", *(PROJECT_ROOT / f for f in overlays[1:]))]
     for proc in plans:
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     keep = ("rule ", "localrule ", "    output:", "Shell command:")  # not `reason:` (set order varies per run)
     commands = [sorted(line for line in p.stdout.splitlines() if line.startswith(keep)) for p in plans]
     assert commands[0] == commands[1]
-    assert sum(line.startswith("rule train_arm:") for line in commands[0]) == 25  # 5 arms x 5 seeds
-    assert '"sample_budget": 49152' in plans[0].stdout
+    assert sum(line.startswith(f"rule {arm_jobs[0]}:") for line in commands[0]) == arm_jobs[1]
+    assert value in plans[0].stdout

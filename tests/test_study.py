@@ -14,11 +14,12 @@ from brorl.training.settings import RLSettings
 
 
 def study_cfg():
-    return yaml.safe_load((PROJECT_ROOT / "config/study.yaml").read_text())
+    """`--configfile config/config.yaml config/study.yaml`: the study overlay on the tiny profile."""
+    return load_config(PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/study.yaml")
 
 
 def test_study_profile_runs_the_issue_geometry():
-    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    cfg = study_cfg()
     rl, study = cfg["rl"], cfg["study"]
     assert len(study["seeds"]) >= 3 and study["ns"] == [16, 64, 256, 512] and reference_n(study) == 16
     assert set(study["ablations"]) == {"fewer_prompts", "paper_prompts", "fresh", "no_kl", "late_start",
@@ -224,7 +225,7 @@ def test_best_arm_without_validation_is_chosen_on_one_half_and_judged_on_the_oth
 # --- issue 16: reuse across settings, budgets, the factorial and its report --------------------------------
 
 def test_paper_comparison_and_factorial_share_arms():
-    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    cfg = study_cfg()
     rl, study = cfg["rl"], {**cfg["study"], "include": ["paper_comparison", "paper_comparison_const", "factorial_s",
                                                           "factorial_8s", "paper_comparison_x4"]}
     plan = study_plan(rl, study)
@@ -253,7 +254,7 @@ def test_paper_comparison_and_factorial_share_arms():
 
 
 def test_an_arm_differing_only_in_the_lr_rule_is_run_again_when_the_lr_differs():
-    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    cfg = study_cfg()
     rl, study = cfg["rl"], cfg["study"]
     # lr_sqrt at 16,384 per step from B0 = 512: a different learning rate from base, so its own arms
     assert study_plan(rl, study)["lr_sqrt"] == {16: "lr_sqrt", 512: "lr_sqrt"}
@@ -268,7 +269,7 @@ def test_an_arm_differing_only_in_the_lr_rule_is_run_again_when_the_lr_differs()
 def test_study_errors_name_the_new_keys(change, message):
     from brorl.study.plan import study_errors
 
-    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    cfg = study_cfg()
     cfg["study"] = {**cfg["study"], **change}
     assert any(message in e for e in study_errors(cfg)), study_errors(cfg)
 
@@ -327,7 +328,7 @@ def test_summary_reports_the_comparison_factorial_budget_and_premise(tmp_path):
     """write_summary on hand-made arms: N=512 is worse at S and better at 8S; N=16 keeps gaining from the start."""
     from brorl.study.report import write_summary
 
-    cfg = load_config(PROJECT_ROOT / "config/study.yaml")
+    cfg = study_cfg()
     rl, study = cfg["rl"], {**cfg["study"], "include": ["paper_comparison", "factorial_s", "factorial_8s",
                                                           "paper_comparison_x4"]}
     rng = np.random.default_rng(5)
