@@ -30,7 +30,6 @@ from brorl import sandbox as S
 from brorl.sandbox import SandboxConfig
 
 FAST = SandboxConfig(timeout_s=1.0, grace_s=1.5)
-SLACK = 1.5  # seconds allowed beyond timeout_s on a loaded 2-core machine
 
 ADD_TESTS = {"inputs": [f"{i} {i + 1}\n" for i in range(4)], "outputs": [f"{2 * i + 1}\n" for i in range(4)]}
 ADD_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -44,6 +43,15 @@ def fenced(code: str, think: bool = True) -> str:
 
 def run(code: str, tests=ONE_CASE, config: SandboxConfig = FAST, **kw) -> S.SandboxResult:
     return S.run_program(textwrap.dedent(code), tests, config, **kw)
+
+
+def _cut_bound(config: SandboxConfig) -> float:
+    """The longest a program the sandbox must cut may take: the parent's hard deadline (timeout_s + grace_s)
+    plus the time to kill and reap, counted as two trivial sandboxed runs measured now, so that the bound
+    scales with the machine's load instead of failing on a busy one."""
+    t = time.monotonic()
+    run("print('ok')\n")
+    return config.timeout_s + config.grace_s + 2 * (time.monotonic() - t)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -174,7 +182,7 @@ def test_infinite_loop_scores_zero_within_timeout():
     result = run("while True:\n    pass\n", ADD_TESTS)
     elapsed = time.monotonic() - t0
     assert (result.score, result.status) == (0.0, "timeout")
-    assert elapsed < FAST.timeout_s + SLACK
+    assert elapsed < _cut_bound(FAST)
     assert_no_leftovers(result)
 
 
@@ -185,7 +193,7 @@ def test_timeout_is_for_all_cases_together_and_voids_partial_credit():
     result = run(code, ADD_TESTS)
     assert (result.score, result.status) == (0.0, "timeout")
     assert "pass" in result.case_status and "timeout" in result.case_status
-    assert time.monotonic() - t0 < FAST.timeout_s + SLACK
+    assert time.monotonic() - t0 < _cut_bound(FAST)
     assert run(code, ADD_TESTS, timeout_s=4.0).score == 1.0
 
 
@@ -270,7 +278,7 @@ def test_fork_bomb_is_refused_and_leaves_nothing():
     result = run("import os\nwhile True:\n    os.fork()\nprint('ok')\n")
     assert result.score == 0.0
     assert result.case_status == ("runtime_error",)
-    assert time.monotonic() - t0 < FAST.timeout_s + SLACK
+    assert time.monotonic() - t0 < _cut_bound(FAST)
     assert_no_leftovers(result)
 
 
@@ -344,7 +352,7 @@ def test_forking_as_non_root_is_bounded_and_cleaned_up(tmp_path):
     t0 = time.monotonic()
     result = run(bomb, config=config)
     assert (result.score, result.status) == (0.0, "timeout")
-    assert time.monotonic() - t0 < config.timeout_s + SLACK
+    assert time.monotonic() - t0 < _cut_bound(config)
     assert_no_leftovers(result)
     counted = "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            import time\n" \
               "            time.sleep(30)\n        n += 1\nexcept OSError:\n    print(n)\n"
@@ -382,7 +390,7 @@ def test_huge_allocations_fail_inside_and_leave_the_parent_alone():
         assert result.score == 0.0
         assert result.case_status == ("runtime_error",), (code, result.case_status)
         assert "MemoryError" in result.stderr
-        assert time.monotonic() - t0 < roomy.timeout_s + SLACK
+        assert time.monotonic() - t0 < _cut_bound(roomy)
     assert resource.getrlimit(resource.RLIMIT_AS) == before
     block = bytearray(600 << 20)  # more than the sandbox's 512 MiB: this process is not limited
     assert len(block) == 600 << 20
@@ -400,7 +408,7 @@ def test_huge_output_is_bounded():
     result = run("while True:\n    print('x' * 1000)\n", keep_output=True)
     assert result.score == 0.0
     assert result.case_status == ("output_limit",)
-    assert time.monotonic() - t0 < FAST.timeout_s + SLACK
+    assert time.monotonic() - t0 < _cut_bound(FAST)
     assert result.outputs == ("",)
     # the cap follows the expected output's size and max_output_bytes, and output just under it is fine
     big = {"inputs": ["\n"], "outputs": ["y" * 50_000 + "\n"]}
@@ -698,7 +706,7 @@ def test_sigkilled_trainer_leaves_nothing_behind(mode, iso):
     trainer.kill()  # SIGKILL: no atexit, no finally
     trainer.wait()
     trainer.stdout.close()
-    deadline = time.monotonic() + 15  # the harness stops at its own deadline (timeout_s) and then exits
+    deadline = time.monotonic() + 60  # the harness stops at its own deadline (timeout_s, 1 s), then exits; a guard
     while _sandbox_processes(parent) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _sandbox_processes(parent) == [], "sandbox processes outlived the trainer"
