@@ -77,7 +77,7 @@ critical-path: setup       ## the last run's wall time, critical path and time p
 	$(BIN)/python benchmarks/critical_path.py $(if $(filter-out config/config.yaml,$(CONFIG)),--configfile $(CONFIG))
 
 # Wheels for benchmarks/gpu_check.py on the one-GPU host (Python 3.12, no network): what it lacks, for cp312
-# x86-64, into an ignored folder that travels with the tree (README, "Paper-profile training").
+# x86-64, into an ignored folder that travels with the tree (docs/profiles.md, "Paper-profile training").
 GPU_WHEELS ?= .gpu-wheels
 gpu-wheels:                ## download the GPU host's missing wheels (benchmarks/gpu_wheels.txt) into .gpu-wheels/
 	rm -rf $(GPU_WHEELS)
