@@ -29,7 +29,9 @@ import pytest
 from brorl import sandbox as S
 from brorl.sandbox import SandboxConfig
 
-FAST = SandboxConfig(timeout_s=1.0, grace_s=1.5)
+FAST = SandboxConfig(timeout_s=1.0, grace_s=1.5)  # for programs the sandbox must cut: a short test
+# Limits for programs that must pass: far above their run time (milliseconds) however busy the machine is.
+PASS = {"timeout_s": 30.0, "grace_s": 30.0}
 
 ADD_TESTS = {"inputs": [f"{i} {i + 1}\n" for i in range(4)], "outputs": [f"{2 * i + 1}\n" for i in range(4)]}
 ADD_OK = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -194,7 +196,7 @@ def test_timeout_is_for_all_cases_together_and_voids_partial_credit():
     assert (result.score, result.status) == (0.0, "timeout")
     assert "pass" in result.case_status and "timeout" in result.case_status
     assert time.monotonic() - t0 < _cut_bound(FAST)
-    assert run(code, ADD_TESTS, timeout_s=4.0).score == 1.0
+    assert run(code, ADD_TESTS, **PASS).score == 1.0
 
 
 def test_correct_output_then_hang_is_timeout():
@@ -217,10 +219,10 @@ def test_output_comparison_rules():
 def test_call_based_tests_function_and_solution_class():
     tests = {"fn_name": "add", "inputs": [[1, 2], [3, 4], [5, 6]], "outputs": [[3], [7], [10]]}
     fn = "def add(a, b):\n    print('noise on stdout is ignored')\n    return a + b\n"
-    assert run(fn, tests).score == pytest.approx(2 / 3)
+    assert run(fn, tests, **PASS).score == pytest.approx(2 / 3)
     cls = "class Solution:\n    def add(self, a, b):\n        return (a + b,)\n"  # tuple -> list via JSON
     tests_list = {"fn_name": "add", "inputs": [[1, 2]], "outputs": [[3]]}
-    assert run(cls, tests_list).score == 1.0
+    assert run(cls, tests_list, **PASS).score == 1.0
     assert run("def other():\n    pass\n", tests_list).score == 0.0
     assert S.code_reward(fenced(fn), json.dumps(tests)) == pytest.approx(2 / 3)
 
@@ -242,7 +244,7 @@ def test_common_competitive_programming_idioms():
         out.flush()
     threading.Thread(target=main).start()
     """
-    result = run(code, ADD_TESTS, timeout_s=4.0, keep_output=True)
+    result = run(code, ADD_TESTS, keep_output=True, **PASS)
     assert result.score == 1.0, (result.case_status, result.stderr)
 
 
@@ -265,7 +267,7 @@ def test_expected_outputs_never_enter_the_sandbox():
     assert result.score == 0.0
     # the same scan does find a string that is held in the sandbox, so the probe can fail
     probe = "kept = [input()]\n" + textwrap.dedent(code).replace('"TOKEN" + "-7f3a91c2"', '"INPUT" + "-55aa"')
-    assert run(probe, {"inputs": ["INPUT-55aa\n"], "outputs": ["INPUT-55aa\n"]}).score == 1.0
+    assert run(probe, {"inputs": ["INPUT-55aa\n"], "outputs": ["INPUT-55aa\n"]}, **PASS).score == 1.0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -329,7 +331,7 @@ def test_allow_fork_is_refused_where_process_count_is_not_enforced(iso):
 def test_forking_as_non_root_is_bounded_and_cleaned_up(tmp_path):
     python = _unprivileged_python(tmp_path)
     config = SandboxConfig(timeout_s=1.0, grace_s=1.5, allow_fork=True, max_processes=16, python=python)
-    probe = run("print('ok')", config=config)
+    probe = run("print('ok')", config=config, **PASS)
     if not probe.isolation.get("pid_namespace"):
         pytest.skip("no PID namespace for an unprivileged user here: forking is never allowed")
     assert probe.score == 1.0 and probe.isolation["fork_allowed"] and probe.isolation["process_limit"]
@@ -344,7 +346,7 @@ def test_forking_as_non_root_is_bounded_and_cleaned_up(tmp_path):
         time.sleep(60)
     print("ok")
     """
-    result = run(spawn, config=config)
+    result = run(spawn, config=config, **PASS)
     assert result.score == 1.0, result.case_status
     assert_no_leftovers(result, token)
     # a fork bomb that swallows errors: RLIMIT_NPROC caps it, the timeout ends it, nothing survives
@@ -399,7 +401,7 @@ def test_huge_allocations_fail_inside_and_leave_the_parent_alone():
 
 def test_memory_limit_is_configurable():
     code = "x = bytearray(300 * 2**20)\nprint('ok')\n"
-    assert run(code, memory_mb=512).score == 1.0
+    assert run(code, memory_mb=512, **PASS).score == 1.0
     assert run(code, memory_mb=256).score == 0.0
 
 
@@ -412,7 +414,7 @@ def test_huge_output_is_bounded():
     assert result.outputs == ("",)
     # the cap follows the expected output's size and max_output_bytes, and output just under it is fine
     big = {"inputs": ["\n"], "outputs": ["y" * 50_000 + "\n"]}
-    assert run("print('y' * 50_000)", big).score == 1.0
+    assert run("print('y' * 50_000)", big, **PASS).score == 1.0
     assert run("print('y' * 50_000)", big, max_output_bytes=10_000).case_status == ("output_limit",)
     assert run("import os\nos.write(1, b'z' * (1 << 22))\n", big).case_status == ("output_limit",)
 
@@ -633,7 +635,7 @@ def test_fallback_is_refused_unless_allowed(tmp_path, monkeypatch):
     assert not target.exists(), "model code ran although the sandbox refused"
     monkeypatch.setenv(S.ALLOW_UNCONFINED_ENV, "1")
     assert SandboxConfig().allow_unconfined  # the default follows the environment (the pipeline's switch)
-    assert run(code, config=SandboxConfig(timeout_s=1.0, grace_s=1.5), **wild).score == 1.0 and target.exists()
+    assert run(code, config=SandboxConfig(**PASS), **wild).score == 1.0 and target.exists()
 
 
 def test_paper_profile_refuses_the_fallback_in_training_and_evaluation(monkeypatch):
@@ -661,7 +663,7 @@ def test_paper_profile_refuses_the_fallback_in_training_and_evaluation(monkeypat
 
 
 def test_fallback_results_say_what_they_cannot_hide(iso):
-    result = run("print('ok')", ONE_CASE, **UNCONFINED)
+    result = run("print('ok')", ONE_CASE, **UNCONFINED, **PASS)
     assert result.score == 1.0
     assert any(line.startswith("reads: ") and "training data" in line for line in result.not_hidden), \
         result.not_hidden
@@ -723,7 +725,7 @@ def test_sigkilled_trainer_leaves_nothing_behind(mode, iso):
 
 
 def test_file_writes_when_allowed_stay_inside_the_sandbox(tmp_path, iso):
-    config = SandboxConfig(timeout_s=2.0, grace_s=1.5, allow_file_writes=True)
+    config = SandboxConfig(allow_file_writes=True, **PASS)
     inside = """
     import os
     os.makedirs("sub/deeper")
@@ -858,7 +860,7 @@ def test_trl_adapter_reads_apps_style_columns():
     assert S.trl_code_reward(completions=completions, reward_model=prime, trainer_state=None) == [1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="no 'tests'"):
         S.trl_code_reward(completions=completions, answer=["x"] * 3)
-    bound = S.make_trl_code_reward(config=FAST, tests_key="my_tests", max_workers=1)
+    bound = S.make_trl_code_reward(config=SandboxConfig(**PASS), tests_key="my_tests", max_workers=1)
     assert bound(completions=completions[:1], my_tests=[ADD_TESTS]) == [1.0]
 
 
@@ -876,7 +878,7 @@ def test_reward_function_is_thread_safe():
 
     def worker():
         try:
-            results.append(S.code_reward(fenced(ADD_OK), ADD_TESTS, timeout_s=3.0))
+            results.append(S.code_reward(fenced(ADD_OK), ADD_TESTS, timeout_s=PASS["timeout_s"]))
         except Exception as exc:  # pragma: no cover - the assertion below reports it
             errors.append(exc)
 
@@ -920,7 +922,7 @@ def test_harness_failure_is_a_zero_not_an_exception(tmp_path):
 def test_harness_from_source_for_another_interpreter(monkeypatch):
     # a sandbox interpreter other than this one gets the harness as source, not as marshalled code
     monkeypatch.setitem(S._harness_blobs, sys.executable, ("s", Path(S._HARNESS_PATH).read_bytes()))
-    assert run(ADD_OK, ADD_TESTS).score == 1.0
+    assert run(ADD_OK, ADD_TESTS, **PASS).score == 1.0
 
 
 def test_signals_to_this_process_are_not_disturbed():
