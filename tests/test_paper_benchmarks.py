@@ -266,7 +266,7 @@ def test_reasoning_gym_generates_offline_for_all_11_categories(prepared):
     assert report["categories"] == {c: sum(1 for t in paper_data.reasoning_gym_tasks().values() if t == c)
                                     for c in paper_data.RG_CATEGORIES}
     assert report["reasoning_gym"] == "0.1.25"
-    assert report["gold_changes_through_json"] == []  # after rehydrate_rg_entry (arc_agi / rearc)
+    assert report["gold_changes_through_json"] == []  # after parse_reasoning_gym_entry (arc_agi / rearc)
     assert set(report["tasks_without_gold"]) == {"boxnet", "graph_color", "propositional_logic", "rubiks_cube",
                                                  "rush_hour"}
     # Deterministic across processes and task orders, including the tasks whose items depend on the hash seed
@@ -422,9 +422,11 @@ def test_reasoning_gym_process_results_scores_the_generated_gold_answers(prepare
         assert all(s < 0.5 for s in scores[1:]), (doc["task"], scores)
         got = paper_utils.process_reasoning_gym(doc, [[right, "garbage"]])
         assert got["mean_at_k"] == 0.5 and got["pass_at_2"] == 1.0 and got["mean_reward"] >= 0.5
-    # Why rehydrate_rg_entry exists: straight from JSON, an ARC board never equals the tuple gold board.
+    # The reward's own entry parser restores ARC's tuple boards: the gold answer scores 1.0 straight from JSON
+    # (before issue 18 the reward scored it 0.05 and only the evaluation's scorer repaired the entry).
     arc = next(r for r in rg if r["task"] == "arc_agi")
-    assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", arc["entry"]) < 0.5
+    assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", arc["entry"]) == 1.0
+    assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", json.loads(arc["entry"])) == 1.0
     assert paper_utils.score_reasoning_gym({"entry": "not json"}, ["<answer>1</answer>"]) == [0.0]
 
 

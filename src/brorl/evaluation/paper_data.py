@@ -97,7 +97,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from brorl import fetch
+from brorl import fetch, rewards
 from brorl.evaluation.lm_eval_tasks_paper import paper_utils
 from brorl.fetch import ChecksumError, FetchError, Problem
 
@@ -686,7 +686,7 @@ def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
                 with contextlib.redirect_stdout(io.StringIO()):
                     try:
                         s_orig = float(score(answer, item))
-                        s_json = float(score(answer, paper_utils.rehydrate_rg_entry(entry)))
+                        s_json = float(score(answer, rewards.parse_reasoning_gym_entry(entry)))
                     except Exception as e:  # noqa: BLE001
                         s_orig, s_json = float("nan"), repr(e)
                 if s_json != s_orig:

@@ -213,7 +213,6 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> lis
     passed (sandbox), Reasoning Gym the task's verifier score. Never raises for a bad completion; batched per
     kind (one math-pool call, one sandbox batch, one Reasoning Gym call)."""
     from brorl import rewards, sandbox
-    from brorl.evaluation.lm_eval_tasks_paper import paper_utils
 
     if len(records) != len(completions):
         raise ValueError(f"{len(records)} records but {len(completions)} completions")
@@ -230,11 +229,7 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> lis
             golds = [records[i].get("answer") or "" for i in idx]
             scores = pool.math_rewards(texts, golds)
         elif kind == "reasoning_gym":
-            entries = [paper_utils.rehydrate_rg_entry(records[i].get("entry")) for i in idx]
-            scores = [0.0] * len(idx)
-            ok = [j for j, e in enumerate(entries) if e is not None]
-            for j, v in zip(ok, pool.reasoning_gym_rewards([texts[j] for j in ok], [entries[j] for j in ok])):
-                scores[j] = v
+            scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx])
         else:
             tests = [records[i].get("tests") for i in idx]
             tests = [t if isinstance(t, str) else json.dumps(t) for t in tests]
