@@ -7,7 +7,7 @@ rendered YAMLs; :mod:`brorl.evaluation.paper_benchmarks` uses the same functions
 
 Loader
     :func:`load_records` (``custom_dataset``): the benchmark's JSONL as written by
-    :func:`brorl.evaluation.paper_data.prepare_benchmark`, read as is. The file is ``data_file`` (rendered
+    :func:`brorl.data.benchmarks.prepare_benchmark`, read as is. The file is ``data_file`` (rendered
     tasks) or ``<data_dir>/<benchmark>/test.jsonl`` (shipped tasks, ``--metadata '{"data_dir": ...}'``).
 
 Scorers (one 0/1 or [0, 1] value per completion; garbage scores 0, nothing raises except a missing IFEval
@@ -53,13 +53,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from brorl import rewards
+from brorl.data.benchmarks import CHOICE_LETTERS, read_records
 from brorl.evaluation.metrics import completions_of, doc_metrics
 
 logger = logging.getLogger(__name__)
 
 SPLIT_KEY = "test"
 DATA_FILE_NAME = "test.jsonl"
-CHOICE_LETTERS = "ABCD"
 THINK_END = "</think>"
 
 
@@ -68,11 +68,6 @@ THINK_END = "</think>"
 def data_file_of(data_dir: str | Path, benchmark: str) -> Path:
     """Where a benchmark's JSONL lives under a data folder: ``<data_dir>/<benchmark>/test.jsonl``."""
     return Path(data_dir) / benchmark / DATA_FILE_NAME
-
-
-def read_records(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def load_records(data_file: str | None = None, data_dir: str | None = None, benchmark: str | None = None,
@@ -84,7 +79,7 @@ def load_records(data_file: str | None = None, data_dir: str | None = None, benc
         if data_dir is None or benchmark is None:
             raise ValueError(
                 "brorl_paper tasks need their data: pass --metadata '{\"data_dir\": \"<folder>\"}' (the folder "
-                "holding <benchmark>/test.jsonl, made by brorl.evaluation.paper_data.prepare_benchmark), or "
+                "holding <benchmark>/test.jsonl, made by brorl.data.benchmarks.prepare_benchmark), or "
                 "render the tasks with brorl.evaluation.paper_benchmarks.render_tasks(...), which writes an "
                 "absolute data_file into each YAML")
         data_file = data_file_of(data_dir, benchmark)
