@@ -501,28 +501,14 @@ def default_manifest_path(dest: str | os.PathLike[str]) -> Path:
     return dest.parent / f"{dest.name}.manifest.json"
 
 
-def fetch_model(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
-                source: str | os.PathLike[str] | HubClient | None = None,
-                manifest: str | os.PathLike[str] | None = None,
-                allow_patterns: list[str] | None = None,
-                ignore_patterns: list[str] | None = None,
-                refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
-    """Fetch (or verify) a model snapshot into ``dest``; see :func:`fetch_snapshot`."""
-    return fetch_snapshot(repo_id, revision, dest, repo_type="model", source=source, manifest=manifest,
-                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh,
-                          commit=commit)
+def fetch_model(repo_id: str, revision: str | None, dest: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    """Fetch (or verify) a model snapshot into ``dest``; ``options`` and result as for :func:`fetch_snapshot`."""
+    return fetch_snapshot(repo_id, revision, dest, repo_type="model", **options)
 
 
-def fetch_dataset(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
-                  source: str | os.PathLike[str] | HubClient | None = None,
-                  manifest: str | os.PathLike[str] | None = None,
-                  allow_patterns: list[str] | None = None,
-                  ignore_patterns: list[str] | None = None,
-                  refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
-    """Fetch (or verify) a dataset repository snapshot into ``dest``; see :func:`fetch_snapshot`."""
-    return fetch_snapshot(repo_id, revision, dest, repo_type="dataset", source=source, manifest=manifest,
-                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh,
-                          commit=commit)
+def fetch_dataset(repo_id: str, revision: str | None, dest: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    """Fetch (or verify) a dataset repository snapshot into ``dest``; as :func:`fetch_model`."""
+    return fetch_snapshot(repo_id, revision, dest, repo_type="dataset", **options)
 
 
 def fetch_paper_model(name: str, *, root: str | os.PathLike[str] = ".",
