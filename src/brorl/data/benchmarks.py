@@ -99,7 +99,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from brorl import rewards
 from brorl.data import hub
-from brorl.data.catalog import GPQA_TERMS, RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
+from brorl.data.catalog import RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
 from brorl.data.hub import ChecksumError, FetchError, Problem
 
 log = logging.getLogger(__name__)
