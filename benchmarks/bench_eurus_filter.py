@@ -8,8 +8,8 @@ code rows twice, each in a fresh process, and prints the peak resident memory (`
 peak less the process's RSS after its imports ("of which reading"):
 
 - ``old``: ``pyarrow.parquet.read_table(path).to_pylist()`` and a Python filter on ``ability`` (what
-  ``brorl.evaluation.paper_data`` did before issue 17);
-- ``new``: :func:`brorl.evaluation.paper_data.select_rows` (column projection, ``ability == "code"`` evaluated in
+  ``brorl.data.benchmarks`` did before issue 17);
+- ``new``: :func:`brorl.data.benchmarks.select_rows` (column projection, ``ability == "code"`` evaluated in
   Arrow one record batch at a time, only the kept rows become Python objects).
 
 The old path holds the whole table and every row as Python objects at once, so at the full size it needs several
@@ -106,17 +106,17 @@ def measure(mode: str, path: str) -> dict:
     """Run in a fresh process: read the code rows with ``mode`` and report the RSS high-water mark."""
     import pyarrow.parquet as pq
 
-    from brorl.evaluation import paper_data
-    from brorl.training.paper_data import TRAIN_SOURCES
+    from brorl.data import benchmarks
+    from brorl.data.catalog import TRAIN_SOURCES
 
     spec = TRAIN_SOURCES["eurus2_code"]
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     t0 = time.perf_counter()
     if mode == "old":
         rows = pq.read_table(path).to_pylist()
-        kept = [(i, r) for i, r in enumerate(rows) if paper_data._selected(spec, r)]
+        kept = [(i, r) for i, r in enumerate(rows) if benchmarks._selected(spec, r)]
     else:
-        kept, _, _ = paper_data.select_rows(spec, path)
+        kept, _, _ = benchmarks.select_rows(spec, path)
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"mode": mode, "kept": len(kept), "seconds": seconds, "peak_rss": peak, "baseline_rss": base}

@@ -1,4 +1,4 @@
-"""brorl.fetch: pinned snapshots with a verified manifest, tested offline against a local stand-in hub."""
+"""brorl.data.hub: pinned snapshots with a verified manifest, tested offline against a local stand-in hub."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from brorl import fetch
-from brorl.fetch import (
+from brorl.data import catalog
+from brorl.data import hub as data_hub
+from brorl.data.blend import BLEND_ENTRY_FIELDS, fetch_blend_entry, load_data_blend
+from brorl.data.hub import (
     ChecksumError,
     FetchError,
     HfHubClient,
     OfflineError,
     PinError,
     VerificationError,
-    fetch_blend_entry,
     fetch_dataset,
     fetch_model,
     fetch_paper_model,
-    load_data_blend,
     write_local_snapshot,
 )
 
@@ -111,7 +111,7 @@ def test_second_fetch_verifies_without_copying(hub: Path, dest: Path, monkeypatc
     # Verification needs no source at all: offline, with the hub unreachable, it still passes.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert fetch_model(REPO, "main", dest)["status"] == "verified"
-    assert fetch.verify(dest)["status"] == "verified"
+    assert data_hub.verify(dest)["status"] == "verified"
 
     assert snapshot_state(dest) == before  # same bytes, same mtimes, same inodes: nothing copied
     assert (dest.parent / "prorl.manifest.json").read_bytes() == manifest_before
@@ -186,7 +186,7 @@ def test_failed_move_puts_the_old_copy_back(hub: Path, dest: Path, monkeypatch) 
             raise OSError("disk trouble")
         return real_rename(src, dst)
 
-    monkeypatch.setattr(fetch.os, "rename", rename)
+    monkeypatch.setattr(data_hub.os, "rename", rename)
     with pytest.raises(OSError, match="disk trouble"):
         fetch_model(REPO, "brorl", dest, source=hub)
     assert {k: v[0] for k, v in snapshot_state(dest).items()} == good
@@ -243,14 +243,14 @@ def test_offline_mode_refuses_the_real_hub(dest: Path, monkeypatch) -> None:
     with pytest.raises(OfflineError, match="source="):
         fetch_model(REPO, "main", dest)
     with pytest.raises(OfflineError):
-        fetch.hub_client(None)
+        data_hub.hub_client(None)
     assert not dest.exists()
 
 
 def test_a_folder_named_hub_is_a_folder(hub: Path, dest: Path, monkeypatch) -> None:
     monkeypatch.chdir(hub.parent)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # would raise if "hub" were taken to mean the real hub
-    assert isinstance(fetch.hub_client("hub"), fetch.LocalFolderClient)
+    assert isinstance(data_hub.hub_client("hub"), data_hub.LocalFolderClient)
     assert fetch_model(REPO, "main", dest, source="hub")["source"] == "local"
 
 
@@ -269,7 +269,7 @@ def test_bad_stand_in_layout(tmp_path: Path, dest: Path) -> None:
 def test_paper_models(tmp_path: Path) -> None:
     """The paper's checkpoints are pinned: the stand-in must hold the pinned commits; a moved branch is refused
     naming both commits; v1 (only a prefix of its commit is known) is refused unless unpinned fetches are allowed."""
-    models = fetch.PAPER_MODELS
+    models = catalog.PAPER_MODELS
     assert (models["prorl"]["revision"], models["prorl"]["commit"]) == (
         "main", "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0")
     assert (models["brorl-released"]["revision"], models["brorl-released"]["commit"]) == (
@@ -299,16 +299,16 @@ def test_paper_models(tmp_path: Path) -> None:
 
 
 def test_pinned_commit_rules(hub: Path, dest: Path) -> None:
-    assert fetch.pinned_commit("main") is None and fetch.pinned_commit(COMMIT_MAIN) == COMMIT_MAIN
-    assert fetch.pinned_commit("main", COMMIT_MAIN) == COMMIT_MAIN
+    assert data_hub.pinned_commit("main") is None and data_hub.pinned_commit(COMMIT_MAIN) == COMMIT_MAIN
+    assert data_hub.pinned_commit("main", COMMIT_MAIN) == COMMIT_MAIN
     with pytest.raises(PinError, match="not a full 40-hex"):
-        fetch.pinned_commit("v1", "b8904889")
+        data_hub.pinned_commit("v1", "b8904889")
     with pytest.raises(PinError, match="disagree"):
-        fetch.pinned_commit(COMMIT_MAIN, COMMIT_BRORL)
+        data_hub.pinned_commit(COMMIT_MAIN, COMMIT_BRORL)
     sources = {"aime24": ("main", None), "aime25": (COMMIT_MAIN, None), "prorl": ("main", COMMIT_MAIN)}
     with pytest.raises(PinError, match=r"not pinned to a commit: aime24 \(main\)\. Set it"):
-        fetch.unpinned(sources, allow=False, how="Set it")
-    assert fetch.unpinned(sources, allow=True, how="") == ["aime24"]
+        data_hub.unpinned(sources, allow=False, how="Set it")
+    assert data_hub.unpinned(sources, allow=True, how="") == ["aime24"]
     # a manifest of another commit is not accepted for a pinned request: the pin is checked against the source
     fetch_model(REPO, "main", dest, source=hub)
     with pytest.raises(PinError, match=f"resolves to commit {COMMIT_MAIN}.*pinned commit is {COMMIT_BRORL}"):
@@ -358,7 +358,7 @@ def test_verification_refuses_links_and_unexpected_entries(hub: Path, dest: Path
         shutil.rmtree(dest / "subdir")
         (dest / "subdir").symlink_to(outside, target_is_directory=True)
         shown, kind = dest / "subdir", "symlink"
-    for check in (lambda: fetch_model(REPO, "main", dest, source=hub), lambda: fetch.verify(dest)):
+    for check in (lambda: fetch_model(REPO, "main", dest, source=hub), lambda: data_hub.verify(dest)):
         with pytest.raises(VerificationError) as err:
             check()
         assert [(p.path, p.kind) for p in err.value.problems] == [(str(shown), kind)], err.value
@@ -366,7 +366,7 @@ def test_verification_refuses_links_and_unexpected_entries(hub: Path, dest: Path
 
 
 def test_a_download_with_a_link_or_an_extra_directory_is_discarded(hub: Path, dest: Path) -> None:
-    class LinkingClient(fetch.LocalFolderClient):
+    class LinkingClient(data_hub.LocalFolderClient):
         def download(self, snapshot, local_dir, **kwargs):
             super().download(snapshot, local_dir, **kwargs)
             (Path(local_dir) / "tokenizer.json").unlink()
@@ -497,7 +497,7 @@ def test_blend_manifest_loads_with_required_fields(tmp_path: Path) -> None:
     entries = blend["entries"]
     assert blend["caveat"] and "continu" in blend["caveat"]
     for e in entries:
-        assert set(fetch.BLEND_ENTRY_FIELDS) <= set(e), e["name"]
+        assert set(BLEND_ENTRY_FIELDS) <= set(e), e["name"]
         assert e["brorl_unstated"], e["name"]
         assert e["revision"] is None or isinstance(e["revision"], str)
         if e["source_kind"] == "hf_dataset":
@@ -580,29 +580,30 @@ def _no_token(monkeypatch, tmp_path: Path) -> None:
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    assert fetch.hf_token() is None
+    assert data_hub.hf_token() is None
 
 
 def test_gpqa_without_a_token_stops_naming_hf_token_and_the_terms(tmp_path: Path, monkeypatch) -> None:
-    from brorl.evaluation import paper_data
+    from brorl.data import benchmarks
+    from brorl.data.catalog import benchmark_spec
 
     _no_token(monkeypatch, tmp_path)
     dest = tmp_path / "resources/gated/benchmarks/gpqa_diamond/test.jsonl"
     # the hub refuses (a client built on a stand-in that answers like a gated repository)
     gated = GatedHub()
     client = HfHubClient(api=gated, snapshot_download=gated.snapshot_download)
-    with pytest.raises(fetch.GatedRepoAccessError) as err:
-        paper_data.prepare_benchmark("gpqa_diamond", client, dest)
+    with pytest.raises(data_hub.GatedRepoAccessError) as err:
+        benchmarks.prepare_benchmark("gpqa_diamond", client, dest)
     assert "HF_TOKEN" in str(err.value) and "https://huggingface.co/datasets/Idavidrein/gpqa" in str(err.value)
     assert "Cannot access gated repo" in str(err.value) and gated.downloads == 0
     # the real hub without a token: refused before any client exists (no network, no download)
-    monkeypatch.setattr(fetch, "HfHubClient", lambda *a, **k: pytest.fail("the hub was contacted"))
-    with pytest.raises(fetch.GatedRepoAccessError, match="HF_TOKEN") as err:
-        paper_data.prepare_benchmark("gpqa_diamond", None, dest)
+    monkeypatch.setattr(data_hub, "HfHubClient", lambda *a, **k: pytest.fail("the hub was contacted"))
+    with pytest.raises(data_hub.GatedRepoAccessError, match="HF_TOKEN") as err:
+        benchmarks.prepare_benchmark("gpqa_diamond", None, dest)
     assert "do not reveal examples from the dataset in plain text" in str(err.value)
     assert not dest.parent.exists()
     # an ungated benchmark is not held up by the token check
-    paper_data.check_gated_access(paper_data.benchmark_spec("aime24"), None)
+    benchmarks.check_gated_access(benchmark_spec("aime24"), None)
 
 
 def _snakemake(args: list[str], workdir: Path, env: dict) -> subprocess.CompletedProcess:
@@ -658,7 +659,7 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
 
 
 def test_gated_evaluation_keeps_completions_local_and_shares_scores_and_hashes(tmp_path: Path) -> None:
-    from brorl.evaluation.paper_data import keep_gated_local
+    from brorl.data.benchmarks import keep_gated_local
 
     secret = "A question from the GPQA set, never to be posted"
     result = {"benchmark": "gpqa_diamond", "metrics": {"mean_at_k": 0.5}, "samples": [

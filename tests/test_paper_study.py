@@ -52,7 +52,7 @@ def paper_ci_config(source) -> dict:
 
 @pytest.fixture(scope="module")
 def paper_study(tmp_path_factory):
-    from brorl.fetch import write_local_snapshot
+    from brorl.data.hub import write_local_snapshot
     from brorl.models.toy import toy_model
 
     root = tmp_path_factory.mktemp("paper-study")

@@ -63,7 +63,7 @@ def project(tmp_path_factory):
     work, remote = root / "work", root / "remote"
     copy_project(work)
     # A local folder stands in for the Hugging Face Hub snapshot of the paper's starting checkpoint.
-    from brorl.fetch import write_local_snapshot
+    from brorl.data.hub import write_local_snapshot
 
     hub = root / "hub"
     files = {"config.json": b'{"model_type": "qwen2"}', "model.safetensors": bytes(range(256)) * 64,

@@ -647,7 +647,7 @@ def test_paper_profile_refuses_the_fallback_in_training_and_evaluation(monkeypat
     import yaml
 
     from brorl.evaluation.lm_eval_tasks_paper import paper_utils
-    from brorl.training import paper_data
+    from brorl.data import training as paper_data
 
     with open(os.path.join(PROJECT, "config", "paper.yaml")) as f:
         assert yaml.safe_load(f)["sandbox"] == {"allow_unconfined": False}

@@ -77,8 +77,8 @@ def test_left_padded_training_forward_matches_each_prompt_alone(smol):
 def test_paper_reward_on_chatty_completions_eos_and_truncation(smol):
     """The Reasoning Gym reward (the paper profile's extraction: the last <answer> pair) on real token ids:
     chatty text around the answer scores 1, a cut-off completion (no EOS) 0, a wrong answer 0."""
-    from brorl.evaluation.paper_data import generate_reasoning_gym
-    from brorl.training.paper_data import make_paper_reward, training_record
+    from brorl.data.benchmarks import generate_reasoning_gym
+    from brorl.data.training import make_paper_reward, training_record
 
     _, _, tok = smol
     recs, _ = generate_reasoning_gym(seed=5, samples_per_task=1, tasks=["basic_arithmetic"])
@@ -102,7 +102,7 @@ def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
     engine, dynamic sampling (a random model solves nothing, so every group is dropped and the round cap
     pads the step), the paper reward on decoded real-tokenizer text; metrics, checkpoint and model out."""
     from brorl.training import arms
-    from brorl.training.paper_data import prepare_train_data
+    from brorl.data.training import prepare_train_data
 
     folder, _, _ = smol
     data = tmp_path / "data"
@@ -154,7 +154,7 @@ def test_reasoning_gym_task_configs_set_the_difficulty():
     """generate_reasoning_gym passes a task's dataset config to reasoning-gym (the difficulty the scan measures)."""
     import re
 
-    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.data.benchmarks import generate_reasoning_gym
 
     cfg = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"]}
     easy, _ = generate_reasoning_gym(seed=3, samples_per_task=4, tasks=["basic_arithmetic"],
@@ -167,7 +167,7 @@ def test_reasoning_gym_task_configs_set_the_difficulty():
 def test_training_data_takes_the_task_configs(tmp_path):
     """rl.data.reasoning_gym_task_configs reaches the generated training records (and the cache's request)."""
     from brorl.tasks.core import read_split
-    from brorl.training.paper_data import prepare_train_data
+    from brorl.data.training import prepare_train_data
 
     cfg = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"]}
     settings = {"sources": ["reasoning_gym"], "reasoning_gym_tasks": ["basic_arithmetic"],

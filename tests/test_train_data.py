@@ -1,4 +1,4 @@
-"""The paper profile's RL training data (brorl.training.paper_data): pinned fetch from local stand-ins of the
+"""The paper profile's RL training data (brorl.data.training): pinned fetch from local stand-ins of the
 hub, Reasoning Gym generation, splits the stage reads, and the reward the stage trains on. No network."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from brorl.fetch import write_local_snapshot
+from brorl.data.hub import write_local_snapshot
 from brorl.tasks.core import read_split
-from brorl.training import paper_data
+from brorl.data import catalog
+from brorl.data import training as paper_data
 
 COMMIT = "3" * 40
 SUM_TESTS = {"inputs": ["1 2\n", "2 2\n", "5 7\n"], "outputs": ["3\n", "4\n", "12\n"]}
@@ -91,7 +92,7 @@ def test_splits_in_the_layout_the_stage_reads(prepared):
     ids = {r["id"] for r in train}
     assert not ids & {r["id"] for r in validation}
     for r in train + validation:
-        assert r["task"] in paper_data.TRAIN_SOURCES and r["reward"] in paper_data.REWARD_KINDS
+        assert r["task"] in catalog.TRAIN_SOURCES and r["reward"] in paper_data.REWARD_KINDS
         assert r["prompt"] and "benchmark" not in r
     math = [r for r in train if r["task"] == "deepscaler"]
     assert all(r["prompt"].endswith("\\boxed{}.") and r["answer"] for r in math)
@@ -126,9 +127,9 @@ def test_benchmarks_still_fail_on_an_empty_gold_answer(prepared, tmp_path):
     """Only training sources skip unusable rows: the same file read as a benchmark stops, naming the row."""
     from dataclasses import replace
 
-    from brorl.evaluation import paper_data as bench_data
+    from brorl.data import benchmarks as bench_data
 
-    spec = replace(paper_data.TRAIN_SOURCES["deepscaler"], skip_unusable_gold=False)
+    spec = replace(catalog.TRAIN_SOURCES["deepscaler"], skip_unusable_gold=False)
     with pytest.raises(bench_data.BenchmarkDataError, match=r"deepscaler deepscaler\.json#2: empty answer"):
         bench_data.prepare_benchmark("deepscaler", prepared["source"], tmp_path / "bench" / "test.jsonl", spec=spec)
 
@@ -137,13 +138,13 @@ def test_benchmarks_still_fail_on_an_empty_gold_answer(prepared, tmp_path):
 def test_parquet_rows_are_filtered_in_arrow_by_batch(tmp_path, batch_rows):
     """Eurus-2's train.parquet (1.7 GB) is filtered in Arrow, batch by batch, reading only the columns the spec
     names; the rows kept, their row numbers and their values are those of the whole-file read."""
-    from brorl.evaluation import paper_data as bench_data
+    from brorl.data import benchmarks as bench_data
 
     rows = [_prime_row(i, ability, json.dumps(SUM_TESTS))
             for i, ability in enumerate(["code", "math", "Code", "math", "math", "code", None])]
     path = tmp_path / "train.parquet"
     path.write_bytes(_parquet(rows))
-    spec = paper_data.TRAIN_SOURCES["eurus2_code"]
+    spec = catalog.TRAIN_SOURCES["eurus2_code"]
     kept, n, seen = bench_data.select_rows(spec, path, batch_rows=batch_rows)
     assert n == 7 and [i for i, _ in kept] == [0, 2, 5]
     whole = [(i, {k: v for k, v in r.items() if k != "extra_info"}) for i, r in enumerate(rows)

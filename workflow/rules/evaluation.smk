@@ -4,7 +4,7 @@
 # vLLM on GPUs (paper profile) one job per (model, benchmark), so a cluster runs them side by side. Models: the starting checkpoint (`prorl`)
 # and every arm's final checkpoint per seed (`<arm>-seed<s>`). Results are cached in resources/eval-cache by
 # the checkpoint's content hash and the task config, so a changed model is never served stale scores.
-from brorl.evaluation.paper_data import benchmark_data_root
+from brorl.data.benchmarks import benchmark_data_root
 
 EVAL = "evaluation" in config
 EVAL_MODELS = {}
@@ -19,7 +19,7 @@ if EVAL:
 EVAL_MODEL_INPUT = {name: f"{path}.manifest.json" if path in FETCHED else path for name, path in EVAL_MODELS.items()}
 EVAL_BENCHMARKS = config["evaluation"]["benchmarks"] if EVAL else []
 EVAL_OUTPUTS = [f"results/eval/{model}/{bench}.json" for model in EVAL_MODELS for bench in EVAL_BENCHMARKS]
-# Paper benchmarks (brorl.evaluation.paper_data): fetched at a pinned revision through brorl.fetch (or, for
+# Paper benchmarks (brorl.data.benchmarks): fetched at a pinned revision through brorl.data.hub (or, for
 # Reasoning Gym, generated) into results/data/benchmarks/<name>/test.jsonl; the tiny ones read the tiny tasks.
 # A gated benchmark (GPQA) goes to resources/gated/benchmarks/ instead (never DVC-tracked or pushed) unless
 # evaluation.share_gated; fetching it from the hub needs HF_TOKEN, checked while the DAG is built.

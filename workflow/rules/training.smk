@@ -1,12 +1,12 @@
 # RL training. Tiny profile (`rl.prorl`): the ProRL saturation stage from the SFT model at N=16 (until the
 # plateau rule fires), then the arms n<N> and the chained `schedule` arm from it, on the tiny tasks. Paper
 # profile (`rl.start_model`, no `rl.prorl`): the arms start from a fetched checkpoint and train on the paper
-# data (train_data rule, brorl.training.paper_data), their processes started by `brorl launch` (accelerate,
+# data (train_data rule, brorl.data.training), their processes started by `brorl launch` (accelerate,
 # one node or SLURM) with the config of `rl.launch`. Every arm gets the same generated-sample budget, over the
 # configured seeds. Stage work folders (resumable checkpoints) live in resources/work/ and survive a killed
 # job: rerunning the same `snakemake` command resumes there (profiles: rerun-incomplete).
 from brorl.training.arms import plan, stage_config
-from brorl.training.paper_data import TrainDataSettings, hub_revisions
+from brorl.data.training import TrainDataSettings, hub_revisions
 
 TRAIN = "rl" in config
 PRORL_STAGE = TRAIN and "prorl" in config["rl"]  # else: the arms start from rl.start_model (fetched)

@@ -1,7 +1,7 @@
 """The paper profile's benchmarks as lm-eval tasks, registered in :mod:`brorl.evaluation.benchmarks`.
 
 Benchmarks (registry name -> lm-eval task ``brorl_paper_<name>``; data ``<data_dir>/<name>/test.jsonl`` from
-:func:`brorl.evaluation.paper_data.prepare_benchmark`, where the table of sources lives):
+:func:`brorl.data.benchmarks.prepare_benchmark`; the sources are rows of :mod:`brorl.data.catalog`):
 
 ========================  ============  ===================================================================
 name                      scored as     scorer (``brorl/evaluation/lm_eval_tasks_paper/paper_utils.py``)
@@ -16,8 +16,8 @@ ifeval                    IFEval        lm-eval's own IFEval checks, prompt-leve
 reasoning_gym             Reasoning     :func:`brorl.rewards.reasoning_gym_reward` (each task's verifier);
                           Gym           ``category_field="category"`` (the paper's 11 categories)
 apps, codecontests,       code          :func:`brorl.sandbox.code_rewards` (fraction of tests passed); solved
-codeforces, taco                        = every test passed (registered, not in :data:`BENCHMARK_NAMES`:
-                                        ask for them by name, :data:`CODE_BENCHMARK_NAMES`)
+codeforces, taco                        = every test passed (registered, not in the catalog's default
+                                        ``BENCHMARK_NAMES``: ask for them by name)
 ========================  ============  ===================================================================
 
 Decoding (BroRL App. D / ProRL v1 §4, :data:`PAPER_DECODING`): k = 16 samples per problem (``repeats: 16`` and
@@ -52,7 +52,8 @@ from pathlib import Path
 from typing import Sequence
 
 from brorl import rewards, sandbox
-from brorl.evaluation import paper_data
+from brorl.data import benchmarks as data_benchmarks
+from brorl.data.catalog import ALL_BENCHMARK_NAMES, BENCHMARK_NAMES, benchmark_spec
 from brorl.evaluation.benchmarks import Benchmark, register_benchmark
 from brorl.evaluation.lm_eval_tasks_paper import TASKS_DIR, paper_utils
 from brorl.evaluation.task_yaml import FunctionRef, dump_yaml, metric_names, write_task_folder
@@ -61,12 +62,6 @@ from brorl.tasks import core as task_core
 TASK_PREFIX = "brorl_paper_"
 UTILS_FILE = "paper_utils.py"
 TASK_VERSION = 1.0
-MATH_BENCHMARKS = ("aime24", "aime25", "amc", "math500", "minerva", "olympiadbench")
-BENCHMARK_NAMES = (*MATH_BENCHMARKS, "gpqa_diamond", "ifeval", "reasoning_gym")
-"""The default list (``config/paper.yaml``, the shipped task folder)."""
-CODE_BENCHMARK_NAMES = tuple(paper_data.CODE_BENCHMARKS)
-"""BroRL Table 4 (apps, codecontests, codeforces, taco): registered and renderable, not in the default list."""
-ALL_BENCHMARK_NAMES = (*BENCHMARK_NAMES, *CODE_BENCHMARK_NAMES)
 PAPER_DECODING = {"k": 16, "temperature": 0.6, "top_p": 0.95, "top_k": 0, "max_gen_toks": 32768}
 """BroRL App. D: pass@1 averaged over 16 samples, top_p 0.95, temperature 0.6, 32k context; ProRL v1 §4: vLLM,
 maximum response length 32k. ``top_k: 0`` = no top-k truncation (our explicit setting; the papers use none)."""
@@ -114,7 +109,7 @@ def task_config(name: str, *, k: int, temperature: float, top_p: float, top_k: i
                 stop_token_ids: Sequence[int] = (), backend: str | None = None,
                 data_file: str | None = None) -> dict:
     """The lm-eval task config of one paper benchmark (``data_file`` None: read ``--metadata`` ``data_dir``)."""
-    spec = paper_data.benchmark_spec(name)
+    spec = benchmark_spec(name)
     k = int(k)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -183,9 +178,9 @@ def write_shipped_tasks(out_dir: str | Path = TASKS_DIR) -> Path:
 
 
 def prepare_benchmarks(data_dir: str | Path, source, *, names: Sequence[str] = BENCHMARK_NAMES, **kwargs) -> dict:
-    """:func:`brorl.evaluation.paper_data.prepare_benchmark` for each of ``names`` into
+    """:func:`brorl.data.benchmarks.prepare_benchmark` for each of ``names`` into
     ``<data_dir>/<name>/test.jsonl``; returns ``{name: result}``."""
-    return {name: paper_data.prepare_benchmark(name, source, data_file(data_dir, name), **kwargs) for name in names}
+    return {name: data_benchmarks.prepare_benchmark(name, source, data_file(data_dir, name), **kwargs) for name in names}
 
 
 # -------------------------------------------------------------------------------------------------- registry
@@ -200,7 +195,7 @@ _DESCRIPTIONS = {
 
 
 def _benchmark(name: str) -> Benchmark:
-    spec = paper_data.benchmark_spec(name)
+    spec = benchmark_spec(name)
 
     def render(data_dir, out_dir, *, k, temperature, max_gen_toks=None, stop_token_ids=(), **options) -> Path:
         options.pop("names", None)  # a benchmark renders its own task only
@@ -213,7 +208,7 @@ def _benchmark(name: str) -> Benchmark:
     return Benchmark(
         name=name, lm_eval_task=task_name(name), render=render, data_files=data_files,
         score=paper_utils.SCORERS[spec.kind], doc_metrics=paper_utils.doc_metrics,
-        code=(rewards, paper_data.gold_text, *((sandbox,) if spec.kind == "code" else ())), prompt_of=task_core.format_prompt,
+        code=(rewards, data_benchmarks.gold_text, *((sandbox,) if spec.kind == "code" else ())), prompt_of=task_core.format_prompt,
         category_field="category" if spec.kind == "reasoning_gym" else None,
         default_k=PAPER_DECODING["k"], default_temperature=PAPER_DECODING["temperature"], apply_chat_template=True,
         description=_DESCRIPTIONS[spec.kind],

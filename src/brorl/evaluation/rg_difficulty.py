@@ -2,10 +2,10 @@
 
 For a candidate list of Reasoning Gym tasks (at reasoning-gym's default settings, or the dataset config keys of
 ``task_configs``: a difficulty), ``prompts`` problems each are
-generated (:func:`brorl.evaluation.paper_data.generate_reasoning_gym`: RG's own prompt text, in the user turn
+generated (:func:`brorl.data.benchmarks.generate_reasoning_gym`: RG's own prompt text, in the user turn
 under the model's chat template, exactly as training and the lm-eval task see it), ``k`` completions per
 problem are sampled with the training engine and temperature, and each is scored with the training reward
-(:func:`brorl.training.paper_data.make_paper_reward`: the last ``<answer>`` pair, the task's own verifier, a
+(:func:`brorl.data.training.make_paper_reward`: the last ``<answer>`` pair, the task's own verifier, a
 completion cut off at ``max_new_tokens`` scores 0). A completion *passes* when it scores 1 (some verifiers
 give partial credit, e.g. ``basic_arithmetic`` to a near number).
 
@@ -31,10 +31,10 @@ def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.data.benchmarks import generate_reasoning_gym
     from brorl.models.sampling import SAMPLERS
     from brorl.tasks.core import format_prompt
-    from brorl.training.paper_data import make_paper_reward, training_record
+    from brorl.data.training import make_paper_reward, training_record
 
     records, _ = generate_reasoning_gym(seed=rg_seed, samples_per_task=prompts, tasks=list(tasks),
                                         task_configs=task_configs)

@@ -80,6 +80,7 @@ from brorl.rewards.extraction import (
     extract_reasoning_gym_answer,
 )
 from brorl.rewards.graders import _TASKS  # noqa: F401 - the production task table (tests check its contents)
+from brorl.rewards.graders import parse_reasoning_gym_entry
 from brorl.rewards.pool import DEFAULT_NUM_WORKERS, DEFAULT_TIMEOUT, PoolStats, RewardPool
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "extract_math_answer",
     "extract_reasoning_gym_answer",
     "completion_text",
+    "parse_reasoning_gym_entry",
     "get_default_pool",
     "configure",
     "close",

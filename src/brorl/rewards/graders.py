@@ -7,6 +7,7 @@ run before a task's deadline starts; ``_DOMAIN_MODULES`` the libraries a worker 
 from __future__ import annotations
 
 import collections
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -74,6 +75,41 @@ def _false_equation(expr) -> bool:
     numbers = [side for eq in parts if isinstance(eq, sympy.Equality) for side in eq.args
                if getattr(side, "is_number", False)]
     return any(not verify(numbers[0], side, timeout_seconds=None) for side in numbers[1:])
+
+
+MAX_RG_ENTRY_CHARS = 10_000_000
+_GRID_TASKS = frozenset({"arc_agi", "rearc"})
+
+
+def _grid(value):
+    if isinstance(value, list) and all(isinstance(row, list) for row in value):
+        return tuple(tuple(row) for row in value)
+    return value
+
+
+def parse_reasoning_gym_entry(entry: Any) -> dict | None:
+    """A Reasoning Gym entry (a dict, or its JSON string as records and TRL columns carry it) as its dataset's
+    scorer expects it, or ``None`` when it is not one (no ``metadata.source_dataset`` string, bad JSON, too long).
+
+    A ``metadata`` JSON string is loaded. JSON turns tuples into lists, and two scorers compare tuples:
+    ``arc_agi`` and ``rearc`` test ``parse_board(answer) == metadata["output"]`` with a tuple-of-tuples board,
+    so their ``input`` / ``output`` grids are turned back into tuples (otherwise a JSON-loaded entry scores even
+    the gold answer 0.05). Every other task's gold answer scores the same before and after a JSON round trip in
+    reasoning-gym 0.1.25 (:func:`brorl.data.benchmarks.prepare_benchmark` checks this when it generates data)."""
+    if isinstance(entry, (str, bytes)):
+        if len(entry) > MAX_RG_ENTRY_CHARS:
+            return None
+        entry = json.loads(entry)
+    if not isinstance(entry, dict):
+        return None
+    metadata = entry.get("metadata")
+    if isinstance(metadata, (str, bytes)):
+        metadata = json.loads(metadata)
+    if not isinstance(metadata, dict) or not isinstance(metadata.get("source_dataset"), str):
+        return None
+    if metadata["source_dataset"] in _GRID_TASKS:
+        metadata = {**metadata, **{k: _grid(metadata[k]) for k in ("input", "output") if k in metadata}}
+    return {**entry, "metadata": metadata}
 
 
 def _prepare_reasoning_gym(answer: str, entry: dict) -> None:

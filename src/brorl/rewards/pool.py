@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import collections
-import json
 import logging
 import math
 import multiprocessing
@@ -36,7 +35,7 @@ from brorl.rewards.extraction import (
     extract_math_answer,
     extract_reasoning_gym_answer,
 )
-from brorl.rewards.graders import _DOMAIN_MODULES, _PREPARE, _TASK_DOMAIN
+from brorl.rewards.graders import _DOMAIN_MODULES, _PREPARE, _TASK_DOMAIN, parse_reasoning_gym_entry
 from brorl.rewards.worker import _PICKLE_PROTOCOL, _worker_main
 
 logger = logging.getLogger("brorl.rewards")
@@ -837,17 +836,8 @@ class RewardPool:
 
     def _rg_task(self, completion: Any, entry: Any) -> tuple[str, tuple] | None:
         try:
-            if isinstance(entry, (str, bytes)):
-                if len(entry) > 10_000_000:
-                    return None
-                entry = json.loads(entry)
-            if not isinstance(entry, dict):
-                return None
-            metadata = entry.get("metadata")
-            if isinstance(metadata, (str, bytes)):
-                metadata = json.loads(metadata)
-                entry = {**entry, "metadata": metadata}
-            if not isinstance(metadata, dict) or not isinstance(metadata.get("source_dataset"), str):
+            entry = parse_reasoning_gym_entry(entry)
+            if entry is None:
                 return None
             answer = extract_reasoning_gym_answer(completion)
             if answer is None or len(answer) > self.max_rg_answer_chars:

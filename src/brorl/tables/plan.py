@@ -10,13 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-MATH = ("aime24", "aime25", "amc", "math500", "minerva", "olympiadbench")
-CODE = ("apps", "codecontests", "codeforces", "taco")
+from brorl.data.catalog import BENCHMARK_NAMES, RG_CATEGORIES  # noqa: F401 -- RG_CATEGORIES: Table 5's columns
+from brorl.data.catalog import CODE_BENCHMARK_NAMES as CODE
+from brorl.data.catalog import MATH_BENCHMARKS as MATH
+
 REASONING_GYM = "reasoning_gym"
-RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
-                 "graphs", "induction", "logic")
 TINY = ("tiny_add", "tiny_multiple")
-OTHER = ("gpqa_diamond", "ifeval")
+OTHER = tuple(b for b in BENCHMARK_NAMES if b not in MATH and b != REASONING_GYM)  # gpqa_diamond, ifeval
 
 DEFAULT_BENCHMARKS = {
     "tiny": list(TINY),

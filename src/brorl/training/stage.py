@@ -283,8 +283,8 @@ def _number(v):
 
 def make_reward(records: list[dict], tokenizer):
     """The verifiable reward: 1.0 iff the completion (special tokens kept, cut at eos) is a correct answer.
-    Paper training records (a ``reward`` kind) get :func:`brorl.training.paper_data.make_paper_reward`."""
-    from brorl.training.paper_data import is_paper_record, make_paper_reward
+    Paper training records (a ``reward`` kind) get :func:`brorl.data.training.make_paper_reward`."""
+    from brorl.data.training import is_paper_record, make_paper_reward
 
     if records and is_paper_record(records[0]):
         return make_paper_reward(records, tokenizer)

@@ -4,7 +4,7 @@ One generate-until task per paper benchmark, ``brorl_paper_<name>.yaml`` (``aime
 ``math500``, ``minerva``, ``olympiadbench``, ``gpqa_diamond``, ``ifeval``, ``reasoning_gym``), written by
 :func:`brorl.evaluation.paper_benchmarks.write_shipped_tasks` with the paper's decoding (k = 16, T = 0.6,
 top_p = 0.95, 32,768 new tokens) and reading the data from ``--metadata '{"data_dir": ...}'``
-(``<data_dir>/<name>/test.jsonl``, made by :func:`brorl.evaluation.paper_data.prepare_benchmark`).
+(``<data_dir>/<name>/test.jsonl``, made by :func:`brorl.data.benchmarks.prepare_benchmark`).
 :func:`brorl.evaluation.paper_benchmarks.render_tasks` writes the same files with another decoding and an
 absolute data path. The code benchmarks (``apps``, ``codecontests``, ``codeforces``, ``taco``) are not shipped
 here (not in the default list): ``render_tasks(..., names=CODE_BENCHMARK_NAMES)`` writes them.

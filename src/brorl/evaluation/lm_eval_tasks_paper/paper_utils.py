@@ -7,7 +7,7 @@ rendered YAMLs; :mod:`brorl.evaluation.paper_benchmarks` uses the same functions
 
 Loader
     :func:`load_records` (``custom_dataset``): the benchmark's JSONL as written by
-    :func:`brorl.evaluation.paper_data.prepare_benchmark`, read as is. The file is ``data_file`` (rendered
+    :func:`brorl.data.benchmarks.prepare_benchmark`, read as is. The file is ``data_file`` (rendered
     tasks) or ``<data_dir>/<benchmark>/test.jsonl`` (shipped tasks, ``--metadata '{"data_dir": ...}'``).
 
 Scorers (one 0/1 or [0, 1] value per completion; garbage scores 0, nothing raises except a missing IFEval
@@ -17,7 +17,8 @@ dependency, which is a set-up error and says what to install)
       ``get_default_pool().math_rewards`` is the same code);
     - GPQA (:func:`score_gpqa`): the letter :func:`extract_choice_letter` finds must equal ``doc["answer"]``;
     - Reasoning Gym (:func:`score_reasoning_gym`): :func:`brorl.rewards.reasoning_gym_reward` with the
-      generated entry (``doc["entry"]``, a JSON string; :func:`rehydrate_rg_entry` restores what JSON loses);
+      generated entry (``doc["entry"]``, a JSON string; :func:`brorl.rewards.parse_reasoning_gym_entry` restores
+      what JSON loses);
     - IFEval (:func:`score_ifeval`): lm-eval's own IFEval checks (``lm_eval.tasks.ifeval.utils``), prompt-level
       strict accuracy per completion, on the text after the last ``</think>`` (ProRL: "IFEval-style checks on
       the text after </think>").
@@ -52,13 +53,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from brorl import rewards
+from brorl.data.benchmarks import CHOICE_LETTERS, read_records
 from brorl.evaluation.metrics import completions_of, doc_metrics
 
 logger = logging.getLogger(__name__)
 
 SPLIT_KEY = "test"
 DATA_FILE_NAME = "test.jsonl"
-CHOICE_LETTERS = "ABCD"
 THINK_END = "</think>"
 
 
@@ -67,11 +68,6 @@ THINK_END = "</think>"
 def data_file_of(data_dir: str | Path, benchmark: str) -> Path:
     """Where a benchmark's JSONL lives under a data folder: ``<data_dir>/<benchmark>/test.jsonl``."""
     return Path(data_dir) / benchmark / DATA_FILE_NAME
-
-
-def read_records(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def load_records(data_file: str | None = None, data_dir: str | None = None, benchmark: str | None = None,
@@ -83,7 +79,7 @@ def load_records(data_file: str | None = None, data_dir: str | None = None, benc
         if data_dir is None or benchmark is None:
             raise ValueError(
                 "brorl_paper tasks need their data: pass --metadata '{\"data_dir\": \"<folder>\"}' (the folder "
-                "holding <benchmark>/test.jsonl, made by brorl.evaluation.paper_data.prepare_benchmark), or "
+                "holding <benchmark>/test.jsonl, made by brorl.data.benchmarks.prepare_benchmark), or "
                 "render the tasks with brorl.evaluation.paper_benchmarks.render_tasks(...), which writes an "
                 "absolute data_file into each YAML")
         data_file = data_file_of(data_dir, benchmark)
@@ -220,47 +216,14 @@ def process_gpqa(doc, results) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------------ Reasoning Gym
 
-_GRID_TASKS = frozenset({"arc_agi", "rearc"})
-
-
-def _grid(value):
-    if isinstance(value, list) and all(isinstance(row, list) for row in value):
-        return tuple(tuple(row) for row in value)
-    return value
-
-
-def rehydrate_rg_entry(entry: Any) -> dict | None:
-    """The Reasoning Gym entry of a record as its scorer expects it, or ``None``.
-
-    ``entry`` is the JSON string (or dict) the record carries. JSON turns tuples into lists, and two scorers
-    compare tuples: ``arc_agi`` and ``rearc`` test ``parse_board(answer) == metadata["output"]`` with a
-    tuple-of-tuples board, so a JSON-loaded entry scores even the gold answer 0.05. Their ``input`` /
-    ``output`` grids are turned back into tuples here (every other task's gold answer scores the same before
-    and after a JSON round trip in reasoning-gym 0.1.25; :func:`brorl.evaluation.paper_data.prepare_benchmark`
-    checks this when it generates the data).
-    """
-    try:
-        if isinstance(entry, (str, bytes)):
-            entry = json.loads(entry)
-        if not isinstance(entry, dict):
-            return None
-        metadata = entry.get("metadata")
-        if isinstance(metadata, (str, bytes)):
-            metadata = json.loads(metadata)
-        if not isinstance(metadata, dict):
-            return None
-        if metadata.get("source_dataset") in _GRID_TASKS:
-            metadata = {**metadata, **{k: _grid(metadata[k]) for k in ("input", "output") if k in metadata}}
-        return {**entry, "metadata": metadata}
-    except Exception:  # noqa: BLE001
-        return None
-
-
 def score_reasoning_gym(doc, completions) -> list[float]:
     """[0, 1] per completion: :func:`brorl.rewards.reasoning_gym_reward` (the task's own verifier on the text
     inside the last ``<answer>...</answer>``)."""
     completions = list(completions)
-    entry = rehydrate_rg_entry(doc.get("entry")) if isinstance(doc, dict) else None
+    try:  # parsed once for all k completions
+        entry = rewards.parse_reasoning_gym_entry(doc.get("entry")) if isinstance(doc, dict) else None
+    except ValueError:  # not JSON
+        entry = None
     if entry is None or not completions:
         return [0.0] * len(completions)
     return rewards.get_default_pool().reasoning_gym_rewards(completions, [entry] * len(completions))

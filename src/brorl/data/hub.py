@@ -2,7 +2,7 @@
 
 BroRL continues RL from the public ProRLv2 checkpoint ``nvidia/Nemotron-Research-Reasoning-Qwen-1.5B``
 at revision ``main`` and releases its own model on revision ``brorl`` of the same repository
-(paper.md §3.1, §6). :data:`PAPER_MODELS` names both, with the commits they are pinned to;
+(paper.md §3.1, §6). :data:`brorl.data.catalog.PAPER_MODELS` names both, with the commits they are pinned to;
 :func:`fetch_model` / :func:`fetch_dataset` put a snapshot into a plain folder (a clean Hugging Face folder
 that ``from_pretrained`` loads) and record what was fetched in a JSON manifest *next to* that folder.
 
@@ -93,45 +93,18 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+
+from brorl.data.catalog import PAPER_MODELS
 
 log = logging.getLogger(__name__)
 
 MANIFEST_FORMAT = "brorl.fetch.manifest/1"
-BLEND_FORMAT = "brorl.data_blend/1"
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _CHUNK = 8 * 1024 * 1024
 
-#: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root. ``commit``: the
-#: pinned commit the branch must resolve to (issue 17: commits seen in public references); NVIDIA moved ``main``
-#: once already (v1 -> v2), so a moved branch is refused rather than fetched.
-PAPER_MODELS: dict[str, dict[str, str]] = {
-    # ProRLv2 (3K steps), the checkpoint both BroRL arms continue from [inferred from identical numbers].
-    "prorl": {
-        "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
-        "revision": "main",
-        "commit": "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0",
-        "dest": "resources/models/prorl",
-    },
-    # The released BroRL model [paper.md §6: branch/revision `brorl`].
-    "brorl-released": {
-        "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
-        "revision": "brorl",
-        "commit": "3441fcdf8c6e81a2959e6352ff50122e3c677d72",
-        "dest": "resources/models/brorl-released",
-    },
-    # ProRL v1 (the model's main before v2). Not used by the paper profile. Public references give only the
-    # prefix of its commit (b8904889...), which is not a pin: fetch_paper_model refuses it unless
-    # allow_unpinned=True, and the manifest then records the commit actually fetched.
-    "prorl-v1": {
-        "repo_id": "nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
-        "revision": "v1",
-        "dest": "resources/models/prorl-v1",
-    },
-}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -528,28 +501,14 @@ def default_manifest_path(dest: str | os.PathLike[str]) -> Path:
     return dest.parent / f"{dest.name}.manifest.json"
 
 
-def fetch_model(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
-                source: str | os.PathLike[str] | HubClient | None = None,
-                manifest: str | os.PathLike[str] | None = None,
-                allow_patterns: list[str] | None = None,
-                ignore_patterns: list[str] | None = None,
-                refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
-    """Fetch (or verify) a model snapshot into ``dest``; see :func:`fetch_snapshot`."""
-    return fetch_snapshot(repo_id, revision, dest, repo_type="model", source=source, manifest=manifest,
-                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh,
-                          commit=commit)
+def fetch_model(repo_id: str, revision: str | None, dest: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    """Fetch (or verify) a model snapshot into ``dest``; ``options`` and result as for :func:`fetch_snapshot`."""
+    return fetch_snapshot(repo_id, revision, dest, repo_type="model", **options)
 
 
-def fetch_dataset(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,
-                  source: str | os.PathLike[str] | HubClient | None = None,
-                  manifest: str | os.PathLike[str] | None = None,
-                  allow_patterns: list[str] | None = None,
-                  ignore_patterns: list[str] | None = None,
-                  refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
-    """Fetch (or verify) a dataset repository snapshot into ``dest``; see :func:`fetch_snapshot`."""
-    return fetch_snapshot(repo_id, revision, dest, repo_type="dataset", source=source, manifest=manifest,
-                          allow_patterns=allow_patterns, ignore_patterns=ignore_patterns, refresh=refresh,
-                          commit=commit)
+def fetch_dataset(repo_id: str, revision: str | None, dest: str | os.PathLike[str], **options: Any) -> dict[str, Any]:
+    """Fetch (or verify) a dataset repository snapshot into ``dest``; as :func:`fetch_model`."""
+    return fetch_snapshot(repo_id, revision, dest, repo_type="dataset", **options)
 
 
 def fetch_paper_model(name: str, *, root: str | os.PathLike[str] = ".",
@@ -562,7 +521,7 @@ def fetch_paper_model(name: str, *, root: str | os.PathLike[str] = ".",
     except KeyError:
         raise FetchError(f"unknown paper model {name!r}; known: {sorted(PAPER_MODELS)}") from None
     unpinned({name: (spec["revision"], spec.get("commit"))}, allow=allow_unpinned,
-             how="Pin its commit in brorl.fetch.PAPER_MODELS, or pass allow_unpinned=True.")
+             how="Pin its commit in brorl.data.catalog.PAPER_MODELS, or pass allow_unpinned=True.")
     return fetch_model(spec["repo_id"], spec["revision"], Path(root) / spec["dest"], source=source,
                        refresh=refresh, commit=spec.get("commit"))
 
@@ -928,93 +887,10 @@ def _hf_version() -> str | None:
         return None
 
 
-# --------------------------------------------------------------------------------------------------
-# The paper's data blend (paper_data_blend.yaml)
-# --------------------------------------------------------------------------------------------------
-
-BLEND_ENTRY_FIELDS = (
-    "name", "role", "domain", "source_kind", "repo_id", "repo_type", "revision", "allow_patterns",
-    "size_paper", "size_source", "reward", "id_confidence", "brorl_unstated", "note",
-)
-_ROLES = {"train", "eval"}
-_KINDS = {"hf_dataset", "python_package"}
-
-
-def load_data_blend(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Load and check the data-blend manifest (default: the copy shipped in the package).
-
-    Every entry has all of :data:`BLEND_ENTRY_FIELDS` (values may be ``null`` where noted in the
-    file); ``hf_dataset`` entries have a ``repo_id`` and ``repo_type: dataset``.
-    """
-    import yaml
-
-    if path is None:
-        text = resources.files("brorl").joinpath("paper_data_blend.yaml").read_text()
-        where = "brorl/paper_data_blend.yaml"
-    else:
-        text = Path(path).read_text()
-        where = str(path)
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict) or data.get("format") != BLEND_FORMAT:
-        raise ValueError(f"{where}: not a {BLEND_FORMAT} file")
-    errors = []
-    names = set()
-    for i, e in enumerate(data.get("entries") or []):
-        tag = f"{where}: entry {i} ({e.get('name', '?') if isinstance(e, dict) else '?'})"
-        if not isinstance(e, dict):
-            errors.append(f"{tag}: not a mapping")
-            continue
-        missing = [k for k in BLEND_ENTRY_FIELDS if k not in e]
-        if missing:
-            errors.append(f"{tag}: missing {missing}")
-            continue
-        if e["name"] in names:
-            errors.append(f"{tag}: duplicate name")
-        names.add(e["name"])
-        if e["role"] not in _ROLES:
-            errors.append(f"{tag}: role must be one of {sorted(_ROLES)}")
-        if e["source_kind"] not in _KINDS:
-            errors.append(f"{tag}: source_kind must be one of {sorted(_KINDS)}")
-        if e["source_kind"] == "hf_dataset":
-            if not isinstance(e["repo_id"], str) or e["repo_type"] != "dataset":
-                errors.append(f"{tag}: hf_dataset needs repo_id and repo_type: dataset")
-        if e["size_paper"] is not None and not isinstance(e["size_paper"], int):
-            errors.append(f"{tag}: size_paper must be an integer or null")
-        if not isinstance(e["brorl_unstated"], list) or not e["brorl_unstated"]:
-            errors.append(f"{tag}: brorl_unstated must be a non-empty list")
-    if not names:
-        errors.append(f"{where}: no entries")
-    if errors:
-        raise ValueError("\n".join(errors))
-    return data
-
-
-def blend_entry(name: str, blend: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """One entry of the data blend by name."""
-    blend = blend if blend is not None else load_data_blend()
-    for e in blend["entries"]:
-        if e["name"] == name:
-            return dict(e)
-    raise KeyError(f"no data-blend entry {name!r}; known: {[e['name'] for e in blend['entries']]}")
-
-
-def fetch_blend_entry(name: str, dest_root: str | os.PathLike[str] = "resources/data", *,
-                      source: str | os.PathLike[str] | HubClient | None = None,
-                      blend: Mapping[str, Any] | None = None, refresh: bool = False) -> dict[str, Any]:
-    """Fetch the ``hf_dataset`` entry ``name`` into ``<dest_root>/<name>/`` (revision ``null`` -> main;
-    the manifest then pins the commit actually fetched)."""
-    e = blend_entry(name, blend)
-    if e["source_kind"] != "hf_dataset":
-        raise FetchError(f"data-blend entry {name!r} is a {e['source_kind']} ({e['note'] or ''}); nothing to fetch")
-    return fetch_dataset(e["repo_id"], e["revision"], Path(dest_root) / e["name"], source=source,
-                         allow_patterns=e["allow_patterns"], refresh=refresh)
-
-
 __all__ = [
-    "PAPER_MODELS", "FetchError", "OfflineError", "PinError", "GatedRepoAccessError", "VerificationError",
+    "FetchError", "OfflineError", "PinError", "GatedRepoAccessError", "VerificationError",
     "ChecksumError", "Problem",
     "RemoteFile", "RemoteSnapshot", "HubClient", "HfHubClient", "LocalFolderClient", "hub_client",
     "offline_mode", "write_local_snapshot", "default_manifest_path", "fetch_snapshot", "fetch_model",
-    "fetch_dataset", "fetch_paper_model", "verify", "load_data_blend", "blend_entry", "fetch_blend_entry",
-    "BLEND_ENTRY_FIELDS", "pinned_commit", "unpinned", "pin_hint", "remove_leftovers", "hf_token", "gated_message",
+    "fetch_dataset", "fetch_paper_model", "verify", "pinned_commit", "unpinned", "pin_hint", "remove_leftovers", "hf_token", "gated_message",
 ]

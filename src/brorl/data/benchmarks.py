@@ -1,7 +1,7 @@
-"""The paper profile's evaluation data: a table of benchmarks -> pinned hub snapshots, and their JSONL cache.
+"""The benchmark converters: a catalog row (:mod:`brorl.data.catalog`) -> a pinned hub snapshot -> a JSONL cache.
 
-:data:`PAPER_BENCHMARKS` says, for every benchmark the paper profile evaluates, where its problems come from
-(a Hugging Face dataset repository at a revision, fetched through :mod:`brorl.fetch` -- the same pinned,
+:data:`brorl.data.catalog.PAPER_BENCHMARKS` says, for every benchmark the paper profile evaluates, where its problems come from
+(a Hugging Face dataset repository at a revision, fetched through :mod:`brorl.data.hub` -- the same pinned,
 sha256-manifested code path as the checkpoints -- or, for Reasoning Gym, generated locally), which files of
 the snapshot hold them and which columns are the problem text, the gold answer and the id.
 :func:`prepare_benchmark` turns that into one JSONL file per benchmark, one record per problem::
@@ -19,7 +19,7 @@ the snapshot hold them and which columns are the problem text, the gold answer a
   reasoning-gym item as a JSON string, what its verifier scores) and ``answer`` (its gold answer, "" for the
   tasks whose verifier checks validity instead: boxnet, graph_color, propositional_logic, rubiks_cube,
   rush_hour in 0.1.25);
-- code (apps, codecontests, codeforces, taco; in :data:`CODE_BENCHMARKS`): ``tests`` (the sandbox's test cases,
+- code (apps, codecontests, codeforces, taco; in :data:`brorl.data.catalog.CODE_BENCHMARKS`): ``tests`` (the sandbox's test cases,
   ``{"inputs": [...], "outputs": [...]}`` plus ``"fn_name"`` for call-based problems, stored as a JSON
   *string*: Arrow cannot hold stdio and call-based cases in one column; :func:`brorl.sandbox.parse_tests` and
   :func:`brorl.sandbox.code_reward` take the string as is), ``n_tests``, ``fn_name`` ("" for stdin/stdout
@@ -71,7 +71,7 @@ codeio) draw from the global RNGs; without both measures a rerun does not reprod
 Caching: the JSONL is written atomically, with ``<dest>.meta.json`` next to it (what was asked, the commit or
 generator it came from, its sha256). A rerun with the same request only checks: the JSONL's sha256 against
 the meta file and, when the snapshot folder is there, the snapshot against its fetch manifest
-(:func:`brorl.fetch.verify`). A damaged file raises :class:`brorl.fetch.ChecksumError` naming it and is never
+(:func:`brorl.data.hub.verify`). A damaged file raises :class:`brorl.data.hub.ChecksumError` naming it and is never
 repaired silently: delete it and rerun.
 """
 
@@ -91,15 +91,16 @@ import random
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from fnmatch import fnmatchcase
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from brorl import fetch
-from brorl.evaluation.lm_eval_tasks_paper import paper_utils
-from brorl.fetch import ChecksumError, FetchError, Problem
+from brorl import rewards
+from brorl.data import hub
+from brorl.data.catalog import RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
+from brorl.data.hub import ChecksumError, FetchError, Problem
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +133,6 @@ CODE_CALL_INSTRUCTION = ("Write Python 3 code that defines the function `{fn_nam
                          "block at the end of your response.")
 """[our choice] the directive of call-based (``fn_name``) APPS / TACO problems."""
 
-RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
-                 "graphs", "induction", "logic")
-"""The 11 Reasoning Gym categories of BroRL Table 5 / ProRL v1."""
 RG_SAMPLES_PER_TASK = 100
 RG_SEED = 1_000_000_000
 """Item i of every task is generated from seed ``RG_SEED + i`` (reasoning-gym's per-item seeding); training
@@ -142,171 +140,17 @@ generators must stay clear of [RG_SEED, RG_SEED + samples_per_task)."""
 GPQA_SHUFFLE_SEED = 0
 """The options of GPQA record ``r`` are shuffled with ``random.Random(f"brorl-gpqa:{seed}:{r.id}")``."""
 
-GPQA_TERMS = ("share your contact information with the authors, and do not reveal examples from the dataset "
-              "in plain text or images online")
-"""The conditions the gated GPQA repository asks to accept (its card: no examples online, to keep it out of
-training corpora). Hence its problems and completions are not pushed or logged by default."""
-
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv")
 PARQUET_BATCH_ROWS = 4096
 """Rows per Arrow record batch when a parquet file is filtered (``where``) before conversion."""
 KINDS = ("math", "gpqa", "ifeval", "reasoning_gym", "code")
+"""The converters (and reward kinds) a catalog row's ``kind`` names."""
+CHOICE_LETTERS = "ABCD"
+"""GPQA's option letters, in the order of a record's ``choices``."""
 
 
 class BenchmarkDataError(FetchError):
     """The snapshot does not hold what the table says (no matching file, a missing column, duplicate ids)."""
-
-
-@dataclass(frozen=True)
-class BenchmarkSpec:
-    """Where one benchmark's problems come from.
-
-    ``fields`` maps a role to the candidate column names, first present wins: math ``problem`` / ``answer`` /
-    ``id``; gpqa ``problem`` / ``correct`` / ``incorrect_1..3`` / ``id`` / ``domain``; ifeval ``problem`` /
-    ``key`` / ``instruction_id_list`` / ``kwargs``. An empty ``id`` tuple means "no id column": the id is
-    ``<file stem>-<row>``. ``files`` are globs over the snapshot's paths (``*`` crosses ``/``); they are also
-    the fetch's ``allow_patterns``, so nothing else is downloaded.
-    """
-
-    name: str
-    kind: str
-    repo_id: str | None
-    revision: str | None = "main"
-    revision_pinned: bool = False
-    files: tuple[str, ...] = ()
-    fields: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    expected_size: int | None = None
-    paper: str = ""
-    note: str = ""
-    where: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Row filter: keep a row only when, for every ``column: values`` here, the column's value, lower-cased with
-    everything but letters and digits removed, is one of ``values`` (``"code_contests"`` -> ``"codecontests"``).
-    Used by the code benchmarks, which share one file, and by Eurus-2's code rows (parquet: filtered in Arrow)."""
-    gated: str = ""
-    """Non-empty for a gated repository: the terms to accept on its page (a token is needed, and its problems and
-    completions stay local unless ``checkpoints.share_gated`` says otherwise)."""
-    skip_unusable_gold: bool = False
-    """Training sources: skip (and count) maths rows whose gold answer is empty instead of failing."""
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["files"] = list(self.files)
-        d["fields"] = {k: list(v) for k, v in self.fields.items()}
-        if self.where:
-            d["where"] = {k: list(v) for k, v in self.where.items()}
-        # absent when unused: the cached requests of the other benchmarks stay as they were
-        for key in ("where", "gated", "skip_unusable_gold"):
-            if not d.get(key):
-                d.pop(key, None)
-        return d
-
-    @property
-    def generated(self) -> bool:
-        return self.repo_id is None
-
-
-_MATH = {"problem": ("problem", "question"), "answer": ("answer", "final_answer")}
-
-PAPER_BENCHMARKS: dict[str, BenchmarkSpec] = {
-    "aime24": BenchmarkSpec(
-        "aime24", "math", "HuggingFaceH4/aime_2024", files=("data/*.parquet",),
-        fields={**_MATH, "id": ("id",)}, expected_size=30,
-        paper="BroRL Table 3 AIME24 (ProRL v1: math follows DeepScaleR / SimpleRL)",
-        note="Same repository as brorl/paper_data_blend.yaml. Which copy the authors used is not stated "
-             "(DeepScaleR ships its own JSON in its code repository)."),
-    "aime25": BenchmarkSpec(
-        "aime25", "math", "opencompass/AIME2025", files=("aime2025-I.jsonl", "aime2025-II.jsonl"),
-        fields={**_MATH, "id": ()}, expected_size=30,
-        paper="BroRL Table 3 AIME25",
-        note="Parts I and II (15 + 15); no id column, ids are '<file stem>-<row>'. Copy not stated by the papers."),
-    "amc": BenchmarkSpec(
-        "amc", "math", "AI-MO/aimo-validation-amc", files=("data/*.parquet",),
-        fields={**_MATH, "id": ("id",)}, expected_size=83,
-        paper="BroRL Table 3 AMC (ProRL v1: AMC2022 + AMC2023)",
-        note="83 AMC 12 2022/2023 problems; answers are stored as floats (142.0), written as integers."),
-    "math500": BenchmarkSpec(
-        "math500", "math", "HuggingFaceH4/MATH-500", files=("test.jsonl",),
-        fields={**_MATH, "id": ("unique_id", "id")}, expected_size=500,
-        paper="BroRL Table 3 MATH",
-        note="'MATH' taken to be MATH-500 (the DeepScaleR convention ProRL follows) [inferred]."),
-    "minerva": BenchmarkSpec(
-        "minerva", "math", "math-ai/minervamath", files=("test.jsonl",),
-        fields={**_MATH, "id": ("id", "idx")}, expected_size=272,
-        paper="BroRL Table 3 Minerva",
-        note="A public copy of the 272-problem Minerva Math set; the authors' copy is not stated."),
-    "olympiadbench": BenchmarkSpec(
-        "olympiadbench", "math", "Hothan/OlympiadBench", files=("OlympiadBench/OE_TO_maths_en_COMP/*",),
-        fields={"problem": ("question", "problem"), "answer": ("final_answer", "answer"), "id": ("id",)},
-        expected_size=675,
-        paper="BroRL Table 3 OlympiadBench",
-        note="The open-ended, text-only, English maths competition subset (675, DeepScaleR's choice) "
-             "[inferred]; final_answer is a list (joined with ', '). The folder layout inside the snapshot "
-             "is inferred from the dataset's config names and checked on the first fetch."),
-    "gpqa_diamond": BenchmarkSpec(
-        "gpqa_diamond", "gpqa", "Idavidrein/gpqa", files=("gpqa_diamond.csv",),
-        fields={"problem": ("Question",), "correct": ("Correct Answer",),
-                "incorrect_1": ("Incorrect Answer 1",), "incorrect_2": ("Incorrect Answer 2",),
-                "incorrect_3": ("Incorrect Answer 3",), "id": ("Record ID",), "domain": ("High-level domain",)},
-        expected_size=198,
-        gated=GPQA_TERMS,
-        paper="ProRL v1 GPQA (BroRL reports none); ProRL names spawn99/GPQA-diamond-ClaudeR1",
-        note="ProRL's copy, spawn99/GPQA-diamond-ClaudeR1 (also in brorl/paper_data_blend.yaml), keeps the "
-             "question and the correct answer's text but, going by its uploader's script, not the three "
-             "distractors, so it cannot be asked as multiple choice. The canonical (gated: accept the terms "
-             "and use a token) GPQA repository holds the same 198 diamond questions with all four options."),
-    "ifeval": BenchmarkSpec(
-        "ifeval", "ifeval", "google/IFEval", files=("ifeval_input_data.jsonl",),
-        fields={"problem": ("prompt",), "key": ("key",), "instruction_id_list": ("instruction_id_list",),
-                "kwargs": ("kwargs",)},
-        expected_size=541,
-        paper="ProRL v1 IFEval (BroRL reports none)",
-        note="The canonical 541 prompts (lm-eval's ifeval task reads the same repository)."),
-    "reasoning_gym": BenchmarkSpec(
-        "reasoning_gym", "reasoning_gym", None, revision=None, revision_pinned=True,
-        paper="BroRL Table 5 (11 category averages); ProRL v1: 100 held-out samples per task",
-        note="Generated locally by the reasoning-gym package (pinned in requirements.txt), no download."),
-}
-
-
-_PRIME_CODE = {"problem": ("prompt", "question", "problem", "description"),
-               "tests": ("reward_model", "input_output", "tests", "test_cases"),
-               "id": ("problem_id", "id", "task_id"), "data_source": ("data_source",)}
-_PRIME_NOTE = ("PRIME-RL/Eurus-2-RL-Data validation.parquet holds 1,024 math and 1,024 code problems (its card); "
-               "the code rows are split by their data_source column. ProRL v1: 'Code uses the PRIME validation set "
-               "(APPS, CodeContests, Codeforces [MatrixStudio/Codeforces-Python-Submissions], TACO)'. That this "
-               "file is that set is inferred (as in brorl/paper_data_blend.yaml's prime_code_validation); the "
-               "data_source spellings are inferred too (the report lists the values the snapshot holds). Rows: "
-               "problem = the last user message of 'prompt' (PRIME's system prompt dropped), tests = "
-               "reward_model.ground_truth; ids are 'validation-<row>' (no id column).")
-
-
-def _code_spec(name: str, sources: tuple[str, ...], extra_note: str = "") -> BenchmarkSpec:
-    return BenchmarkSpec(
-        name, "code", "PRIME-RL/Eurus-2-RL-Data", files=("validation.parquet",), fields=dict(_PRIME_CODE),
-        where={"data_source": sources},
-        paper=f"BroRL Table 4 {name} (ProRL v1: the PRIME validation set; binary rewards for code)",
-        note=_PRIME_NOTE + extra_note)
-
-
-CODE_BENCHMARKS: dict[str, BenchmarkSpec] = {
-    "apps": _code_spec("apps", ("apps",)),
-    "codecontests": _code_spec("codecontests", ("codecontests",)),
-    "codeforces": _code_spec(
-        "codeforces", ("codeforces",),
-        " The project's data blend lists MatrixStudio/Codeforces-Python-Submissions for codeforces: the upstream "
-        "of PRIME's codeforces rows, not a test set in the sandbox's format."),
-    "taco": _code_spec("taco", ("taco",)),
-}
-"""BroRL Table 4's code benchmarks (kind ``code``, scored by :func:`brorl.sandbox.code_reward`). Kept apart from
-:data:`PAPER_BENCHMARKS` (what ``config/paper.yaml`` evaluates by default); :func:`benchmark_spec` knows both."""
-
-
-def benchmark_spec(name: str) -> BenchmarkSpec:
-    try:
-        return PAPER_BENCHMARKS[name] if name in PAPER_BENCHMARKS else CODE_BENCHMARKS[name]
-    except KeyError:
-        raise ValueError(f"unknown paper benchmark {name!r}; known: "
-                         f"{sorted([*PAPER_BENCHMARKS, *CODE_BENCHMARKS])}") from None
 
 
 def instruction_of(kind: str) -> str:
@@ -333,6 +177,12 @@ def _version(dist: str) -> str | None:
 
 # ----------------------------------------------------------------------------------------------- snapshot data
 
+def read_records(path: str | os.PathLike[str]) -> list[dict]:
+    """The records of a JSON-lines file (what :func:`prepare_benchmark` writes)."""
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def read_table(path: str | os.PathLike[str]) -> list[dict]:
     """Rows of one data file: parquet, JSON lines, JSON (a list, or ``{"data": [...]}``) or CSV."""
     path = Path(path)
@@ -342,7 +192,7 @@ def read_table(path: str | os.PathLike[str]) -> list[dict]:
 
         return pq.read_table(path).to_pylist()
     if suffix == ".jsonl":
-        return paper_utils.read_records(path)
+        return read_records(path)
     if suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data, dict):
@@ -364,7 +214,7 @@ def data_files_in(snapshot_dir: Path, patterns: Sequence[str], files: Iterable[s
     if not out:
         raise BenchmarkDataError(
             f"no data file in {snapshot_dir} matches {list(patterns)} (data files are {DATA_EXTENSIONS}); the "
-            f"snapshot holds {sorted(files)[:20]}. Fix the benchmark's 'files' in brorl.evaluation.paper_data.")
+            f"snapshot holds {sorted(files)[:20]}. Fix the benchmark's 'files' in brorl.data.catalog.")
     return out
 
 
@@ -513,7 +363,7 @@ def _math_record(spec, rel, i, row, source) -> dict:
 
 
 def gpqa_prompt(question: str, choices: Sequence[str]) -> str:
-    options = "\n".join(f"{letter}) {text}" for letter, text in zip(paper_utils.CHOICE_LETTERS, choices))
+    options = "\n".join(f"{letter}) {text}" for letter, text in zip(CHOICE_LETTERS, choices))
     return f"{question}{PROMPT_SEPARATOR}{options}{PROMPT_SEPARATOR}{GPQA_INSTRUCTION}"
 
 
@@ -523,7 +373,7 @@ def shuffle_choices(record_id: str, correct: str, incorrect: Sequence[str],
     options = [correct, *incorrect]
     order = list(range(len(options)))
     random.Random(f"brorl-gpqa:{seed}:{record_id}").shuffle(order)
-    return [options[j] for j in order], paper_utils.CHOICE_LETTERS[order.index(0)]
+    return [options[j] for j in order], CHOICE_LETTERS[order.index(0)]
 
 
 def _gpqa_record(spec, rel, i, row, source) -> dict:
@@ -686,7 +536,7 @@ def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
                 with contextlib.redirect_stdout(io.StringIO()):
                     try:
                         s_orig = float(score(answer, item))
-                        s_json = float(score(answer, paper_utils.rehydrate_rg_entry(entry)))
+                        s_json = float(score(answer, rewards.parse_reasoning_gym_entry(entry)))
                     except Exception as e:  # noqa: BLE001
                         s_orig, s_json = float("nan"), repr(e)
                 if s_json != s_orig:
@@ -726,7 +576,7 @@ def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SA
     with tempfile.TemporaryDirectory(prefix="brorl-rg-") as tmp:
         params_path, out_path = Path(tmp) / "params.json", Path(tmp) / "out.json"
         params_path.write_text(json.dumps(params))
-        proc = subprocess.run([sys.executable, "-m", "brorl.evaluation.paper_data", "--generate-reasoning-gym",
+        proc = subprocess.run([sys.executable, "-m", "brorl.data.benchmarks", "--generate-reasoning-gym",
                                str(params_path), str(out_path)], env=env, capture_output=True, text=True,
                               timeout=timeout, cwd=tmp)  # some generators write files (planet.com) into the cwd
         if proc.returncode != 0 or not out_path.is_file():
@@ -737,7 +587,7 @@ def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SA
 
 # --------------------------------------------------------------------------------------------------- prepare
 
-def _jsonl_bytes(records: Iterable[dict]) -> bytes:
+def jsonl_bytes(records: Iterable[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=True) + "\n" for r in records).encode("utf-8")
 
 
@@ -749,7 +599,7 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -786,24 +636,18 @@ def _damaged(dest: Path, actual: str, expected: str, meta_path: Path) -> Checksu
 
 def check_gated_access(spec: BenchmarkSpec, source, snapshot_dir: str | os.PathLike[str] | None = None) -> None:
     """Refuse, before any download, to fetch a gated benchmark from the real hub without a token
-    (:class:`brorl.fetch.GatedRepoAccessError`, naming HF_TOKEN and the terms). Nothing to check for a local
+    (:class:`brorl.data.hub.GatedRepoAccessError`, naming HF_TOKEN and the terms). Nothing to check for a local
     stand-in, an ungated benchmark or a snapshot already fetched (``snapshot_dir`` with its manifest)."""
-    if not spec.gated or source is not None or fetch.hf_token():
+    if not spec.gated or source is not None or hub.hf_token():
         return
-    if snapshot_dir is not None and Path(snapshot_dir).is_dir() and fetch.default_manifest_path(snapshot_dir).is_file():
+    if snapshot_dir is not None and Path(snapshot_dir).is_dir() and hub.default_manifest_path(snapshot_dir).is_file():
         return
-    raise fetch.GatedRepoAccessError(fetch.gated_message(spec.repo_id, "dataset", spec.gated))
+    raise hub.GatedRepoAccessError(hub.gated_message(spec.repo_id, "dataset", spec.gated))
 
 
 GATED_LOCAL_ROOT = Path("resources/gated")
 """Where a gated benchmark's data (``benchmarks/<name>/``) and full evaluation records (``eval/<model>/<name>.json``)
 live unless ``evaluation.share_gated``: outside ``results/``, so never DVC-tracked or pushed."""
-
-
-def is_gated(name: str) -> bool:
-    """Whether ``name`` is a paper benchmark from a gated repository (GPQA)."""
-    spec = PAPER_BENCHMARKS.get(name) or CODE_BENCHMARKS.get(name)
-    return bool(spec is not None and spec.gated)
 
 
 def benchmark_data_root(name: str, share_gated: bool = False) -> str:
@@ -823,13 +667,13 @@ def keep_gated_local(name: str, out_json: str | os.PathLike[str], *, share_gated
     out_json = Path(out_json)
     result = json.loads(out_json.read_text())
     local = Path(local_root) / "eval" / out_json.parent.name / out_json.name
-    _write_atomic(local, out_json.read_bytes())
+    write_atomic(local, out_json.read_bytes())
     for sample in result.get("samples", []):
         texts = sample.pop("completions", [])
         sample["completions_sha256"] = [hashlib.sha256(str(t).encode()).hexdigest() for t in texts]
     result["completions_local"] = {"path": str(local), "sha256": _sha256_file(local),
                                    "why": f"{name} is gated; its terms: {benchmark_spec(name).gated}"}
-    _write_atomic(out_json, (json.dumps(result, indent=1, ensure_ascii=True) + "\n").encode())
+    write_atomic(out_json, (json.dumps(result, indent=1, ensure_ascii=True) + "\n").encode())
     return local
 
 
@@ -850,8 +694,8 @@ def verify_benchmark(dest_jsonl: str | os.PathLike[str], *, meta: str | os.PathL
     snapshot_checked = False
     if m.get("snapshot"):
         snap = Path(snapshot_dir) if snapshot_dir is not None else Path(m["snapshot"]["dest"])
-        if fetch.default_manifest_path(snap).is_file() and snap.is_dir():
-            got = fetch.verify(snap)
+        if hub.default_manifest_path(snap).is_file() and snap.is_dir():
+            got = hub.verify(snap)
             if got["commit"] != m["snapshot"]["commit"]:
                 raise FetchError(f"{snap} holds commit {got['commit']} but {dest} was made from "
                                  f"{m['snapshot']['commit']}; delete both and re-run prepare_benchmark")
@@ -861,7 +705,7 @@ def verify_benchmark(dest_jsonl: str | os.PathLike[str], *, meta: str | os.PathL
             "snapshot_checked": snapshot_checked, "report": m.get("report")}
 
 
-def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClient | None,
+def prepare_benchmark(name: str, source: str | os.PathLike[str] | hub.HubClient | None,
                       dest_jsonl: str | os.PathLike[str], *, revision: str | None = None,
                       snapshot_dir: str | os.PathLike[str] | None = None, spec: BenchmarkSpec | None = None,
                       refresh: bool = False, samples_per_task: int = RG_SAMPLES_PER_TASK, seed: int = RG_SEED,
@@ -869,7 +713,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
                       log_fn: Callable[[str], None] | None = None) -> dict:
     """Fetch (or generate) benchmark ``name`` and cache it as JSONL at ``dest_jsonl``; idempotent.
 
-    ``source``: where the hub snapshot comes from, as for :func:`brorl.fetch.fetch_dataset` (``None`` = the
+    ``source``: where the hub snapshot comes from, as for :func:`brorl.data.hub.fetch_dataset` (``None`` = the
     real Hugging Face Hub, refused offline; a folder = a local stand-in; ignored for ``reasoning_gym``).
     ``revision`` overrides the table's (placeholder) revision; ``snapshot_dir`` defaults to
     ``<dest folder>/snapshot`` (fetch manifest beside it); ``spec`` replaces the table entry (other copies or
@@ -930,7 +774,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
         lock = same and not refresh  # a missing JSONL is rebuilt from the recorded commit
         check_gated_access(spec, source, snap)
         # The fetch manifest pins the commit it resolved: a verified or restored snapshot never re-resolves.
-        fetched = fetch.fetch_dataset(spec.repo_id, revision, snap, source=source,
+        fetched = hub.fetch_dataset(spec.repo_id, revision, snap, source=source,
                                       allow_patterns=list(spec.files), refresh=refresh)
         if lock and fetched["commit"] != old["snapshot"]["commit"]:
             raise FetchError(f"{name}: {snap} holds commit {fetched['commit']}, the JSONL was made from "
@@ -959,7 +803,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
                          "dest": str(snap), "manifest": fetched["manifest"], "source": fetched["source"]}
     if not records:
         raise BenchmarkDataError(f"{name}: no records")
-    data = _jsonl_bytes(records)
+    data = jsonl_bytes(records)
     sha = hashlib.sha256(data).hexdigest()
     if same and not refresh:
         if sha != old["sha256"]:
@@ -975,9 +819,9 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | fetch.HubClien
     meta = {"format": FORMAT, "benchmark": name, "request": request, "n_records": len(records), "sha256": sha,
             "snapshot": snapshot_meta, "report": report,
             "prepared_at": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()}
-    _write_atomic(dest, data)
+    write_atomic(dest, data)
     if status != "restored":  # a restore reproduces what the meta file records: it stays as it is
-        _write_atomic(meta_path, (json.dumps(meta, indent=1) + "\n").encode())
+        write_atomic(meta_path, (json.dumps(meta, indent=1) + "\n").encode())
     say(f"{name}: {status} {dest} ({len(records)} records, sha256 {sha[:12]})")
     return {"status": status, "benchmark": name, "dest": str(dest), "meta": str(meta_path),
             "n_records": len(records), "sha256": sha, "commit": (snapshot_meta or {}).get("commit"),
@@ -990,7 +834,7 @@ def _main(argv: Sequence[str]) -> int:
         records, report = _generate_rg(params)
         Path(argv[2]).write_text(json.dumps({"records": records, "report": report}))
         return 0
-    print("usage: python -m brorl.evaluation.paper_data --generate-reasoning-gym PARAMS.json OUT.json",
+    print("usage: python -m brorl.data.benchmarks --generate-reasoning-gym PARAMS.json OUT.json",
           file=sys.stderr)
     return 2
 
@@ -1000,11 +844,11 @@ if __name__ == "__main__":
 
 
 __all__ = [
-    "PAPER_BENCHMARKS", "CODE_BENCHMARKS", "BenchmarkSpec", "BenchmarkDataError", "benchmark_spec", "prepare_benchmark",
-    "check_gated_access", "is_gated", "benchmark_data_root", "keep_gated_local", "GATED_LOCAL_ROOT", "select_rows",
-    "usable_gold", "convert_rows", "GPQA_TERMS",
+    "BenchmarkDataError", "prepare_benchmark", "read_records", "CHOICE_LETTERS", "KINDS",
+    "check_gated_access", "benchmark_data_root", "keep_gated_local", "GATED_LOCAL_ROOT", "select_rows",
+    "usable_gold", "convert_rows",
     "verify_benchmark", "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "read_table",
     "gold_text", "shuffle_choices", "gpqa_prompt", "code_tests", "code_prompt", "problem_text",
     "CODE_INSTRUCTION", "CODE_CALL_INSTRUCTION", "MATH_INSTRUCTION", "GPQA_INSTRUCTION", "RG_INSTRUCTION",
-    "RG_CATEGORIES", "RG_SAMPLES_PER_TASK", "RG_SEED", "default_meta_path", "default_snapshot_dir",
+    "RG_SAMPLES_PER_TASK", "RG_SEED", "default_meta_path", "default_snapshot_dir",
 ]

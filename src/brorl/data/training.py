@@ -1,28 +1,28 @@
-"""The paper profile's RL training data and its reward (ProRL v1's blend, the closest stated recipe).
+"""The training-source converter: the paper profile's RL training data and its reward (ProRL v1's blend).
 
 BroRL does not say what its continued training used (``shared/brief/paper.md`` §7 item 3); ProRL v1 trained on
 136K problems (§3.2): DeepScaleR math (40K, binary reward), Eurus-2-RL code (24K, fraction of tests passed; 0 on
 a compile error or past 5 s), SCP-116K STEM (25K, judged by GPT-4o: not public), Reasoning Gym (37K, its own
 continuous scorers) and Llama-Nemotron instruction following (10K). The three sources with a reward this
-project can compute are built here (:data:`TRAIN_SOURCES`); STEM and instruction following are left out and say
-so in ``results/data/rl/train_data.json``.
+project can compute are built here (:data:`brorl.data.catalog.TRAIN_SOURCES`); STEM and instruction following
+are left out and say so in ``results/data/rl/train_data.json``.
 
 :func:`prepare_train_data` writes ``<out_dir>/<source>/{train,validation}.jsonl`` (the layout
 :func:`brorl.tasks.core.read_split` reads) and ``<out_dir>/train_data.json`` (what was asked, the hub commit of
 each source, the record counts). Hub sources go through the same pinned, sha256-manifested fetch and the same
-converters as the paper benchmarks (:func:`brorl.evaluation.paper_data.prepare_benchmark`, with a training
-:class:`~brorl.evaluation.paper_data.BenchmarkSpec`); the raw cache (snapshot + ``all.jsonl``) lives under
+converters as the paper benchmarks (:func:`brorl.data.benchmarks.prepare_benchmark`, with a training
+:class:`~brorl.data.catalog.BenchmarkSpec`); the raw cache (snapshot + ``all.jsonl``) lives under
 ``<cache_dir>/<source>/``. Reasoning Gym is generated locally with a seed far from the evaluation's
-(:data:`brorl.evaluation.paper_data.RG_SEED`), so training and held-out items differ. Each source is split
+(:data:`brorl.data.benchmarks.RG_SEED`), so training and held-out items differ. Each source is split
 into validation / train by a keyed hash of the record id (stable when sources grow); ``validation`` holds the
 first ``validation_per_source`` records in that order.
 
 Every training record carries ``task`` (the source: the folder name), ``reward`` (``math`` | ``code`` |
 ``reasoning_gym``), ``prompt`` (the user message; the stage applies the chat template) and the fields its
 scorer reads (``answer``; ``tests``; ``entry``). :func:`make_paper_reward` is the stage's reward for these
-records: the evaluation scorers of :mod:`brorl.evaluation.lm_eval_tasks_paper.paper_utils` (math-verify in the
-hard-timeout pool, the sandboxed code reward as a fraction of tests, the Reasoning Gym verifiers), with 0 for a
-completion cut at the length limit (NeMo's ProRLv2 ``stop_properly_penalty_coef: 0``).
+records: the same rewards the evaluation scores with (math-verify in the hard-timeout pool of
+:mod:`brorl.rewards`, the sandboxed code reward as a fraction of tests, the Reasoning Gym verifiers), with 0 for
+a completion cut at the length limit (NeMo's ProRLv2 ``stop_properly_penalty_coef: 0``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from brorl.evaluation import paper_data as bench_data
-from brorl.evaluation.paper_data import BenchmarkSpec
+from brorl.data import benchmarks
+from brorl.data.catalog import LEFT_OUT, TRAIN_SOURCES
 
 FORMAT = "brorl.train_data/1"
 MARKER = "train_data.json"
@@ -43,39 +43,6 @@ MARKER = "train_data.json"
 REWARD_KINDS = ("math", "code", "reasoning_gym")
 RG_TRAIN_SEED = 0
 """Reasoning Gym generator seed for training items (evaluation: RG_SEED = 1e9)."""
-
-TRAIN_SOURCES: dict[str, BenchmarkSpec] = {
-    "deepscaler": BenchmarkSpec(
-        "deepscaler", "math", "agentica-org/DeepScaleR-Preview-Dataset", files=("deepscaler.json",),
-        fields={"problem": ("problem", "question"), "answer": ("answer", "final_answer"), "id": ()},
-        skip_unusable_gold=True,
-        paper="ProRL v1 training blend: math, DeepScaleR, 40K, binary reward [paper]",
-        note="About 40.3K problems in deepscaler.json (brorl/paper_data_blend.yaml); ids 'deepscaler-<row>'. Rows "
-             "with an empty gold answer (the dataset's discussion #4 reports 6; upstream math.json has '' answers) "
-             "are skipped and counted (train_data.json: sources.deepscaler.skipped.no_gold)."),
-    "eurus2_code": BenchmarkSpec(
-        "eurus2_code", "code", "PRIME-RL/Eurus-2-RL-Data", files=("train.parquet",),
-        fields={"problem": ("prompt", "question", "problem", "description"),
-                "tests": ("reward_model", "input_output", "tests", "test_cases"),
-                "id": ("problem_id", "id", "task_id"), "data_source": ("data_source",)},
-        where={"ability": ("code",)},
-        paper="ProRL v1 training blend: code, Eurus-2-RL / PRIME, 24K, fraction of tests passed [paper]",
-        note="train.parquet mixes math and code (verl layout: data_source, prompt, ability, reward_model); the "
-             "code rows are those with ability == 'code' [inferred]. ProRL's 24K selection is not published, so "
-             "every code row with usable tests is kept [our choice]."),
-    "reasoning_gym": BenchmarkSpec(
-        "reasoning_gym", "reasoning_gym", None, revision=None, revision_pinned=True,
-        paper="ProRL v1 training blend: Reasoning Gym, 96 tasks, 37K, continuous reward [paper]",
-        note="Generated by reasoning-gym 0.1.25 over the 11 categories the evaluation uses (104 tasks) with "
-             "seed RG_TRAIN_SEED; ProRL's 96-task list and settings are not given [not stated]."),
-}
-"""The training sources with a computable reward. ``reward`` kind = the spec's kind."""
-
-LEFT_OUT = {
-    "scp116k": "STEM: ProRL kept 25K of 274K with a GPT-4o judge; the judged subset is not public",
-    "llama_nemotron_if": "instruction following: ProRL's 10K prompts and their reward are not specified",
-}
-
 
 @dataclass(frozen=True)
 class TrainDataSettings:
@@ -126,7 +93,7 @@ class TrainDataSettings:
 
 
 def hub_revisions(settings: TrainDataSettings) -> dict[str, tuple[str, None]]:
-    """``{source: (revision, None)}`` of the hub sources in ``settings`` (for :func:`brorl.fetch.unpinned`): the
+    """``{source: (revision, None)}`` of the hub sources in ``settings`` (for :func:`brorl.data.hub.unpinned`): the
     configured revision, else the table's ``main``."""
     return {name: (settings.revisions.get(name) or TRAIN_SOURCES[name].revision, None) for name in settings.sources
             if not TRAIN_SOURCES[name].generated}
@@ -173,7 +140,7 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
                        log_fn: Callable[[str], None] | None = None) -> dict:
     """Fetch / generate every source, convert, split, and write ``<out_dir>/<source>/{train,validation}.jsonl``
     and the marker ``<out_dir>/train_data.json`` (last). ``source``: ``None`` = the Hugging Face Hub (refused
-    offline), a folder = a local stand-in (:mod:`brorl.fetch`). Returns the marker's content."""
+    offline), a folder = a local stand-in (:mod:`brorl.data.hub`). Returns the marker's content."""
     s = settings if isinstance(settings, TrainDataSettings) else TrainDataSettings.from_dict(settings)
     say = log_fn or (lambda msg: None)
     out, cache = Path(out_dir), Path(cache_dir)
@@ -187,12 +154,12 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
             kwargs = {"samples_per_task": s.reasoning_gym_samples_per_task, "seed": s.reasoning_gym_seed,
                       "tasks": list(s.reasoning_gym_tasks) or None,
                       "task_configs": dict(s.reasoning_gym_task_configs) or None}
-        info = bench_data.prepare_benchmark(name, source, raw, spec=spec, revision=s.revisions.get(name),
+        info = benchmarks.prepare_benchmark(name, source, raw, spec=spec, revision=s.revisions.get(name),
                                             log_fn=say, **kwargs)
-        records = [training_record(name, spec.kind, r) for r in bench_data.read_table(raw)]
+        records = [training_record(name, spec.kind, r) for r in benchmarks.read_table(raw)]
         train, validation = split_records(records, name, s)
         for split, rows in (("train", train), ("validation", validation)):
-            bench_data._write_atomic(out / name / f"{split}.jsonl", bench_data._jsonl_bytes(rows))
+            benchmarks.write_atomic(out / name / f"{split}.jsonl", benchmarks.jsonl_bytes(rows))
         reported = (info.get("report") or {}).get("skipped", {})
         skipped = {} if spec.generated else {k: int(reported.get(k, 0)) for k in ("no_gold", "no_tests")}
         sources[name] = {"reward": spec.kind, "repo_id": spec.repo_id, "commit": info.get("commit"),
@@ -202,7 +169,7 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
         say(f"{name}: {len(train)} train / {len(validation)} validation ({spec.kind} reward)"
             + "".join(f", {v} rows skipped ({k.replace('_', ' ')})" for k, v in skipped.items() if v))
     marker = {"format": FORMAT, "settings": s.to_dict(), "sources": sources, "left_out": LEFT_OUT}
-    bench_data._write_atomic(out / MARKER, (json.dumps(marker, indent=1) + "\n").encode())
+    benchmarks.write_atomic(out / MARKER, (json.dumps(marker, indent=1) + "\n").encode())
     return marker
 
 
@@ -213,7 +180,6 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> lis
     passed (sandbox), Reasoning Gym the task's verifier score. Never raises for a bad completion; batched per
     kind (one math-pool call, one sandbox batch, one Reasoning Gym call)."""
     from brorl import rewards, sandbox
-    from brorl.evaluation.lm_eval_tasks_paper import paper_utils
 
     if len(records) != len(completions):
         raise ValueError(f"{len(records)} records but {len(completions)} completions")
@@ -230,11 +196,7 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> lis
             golds = [records[i].get("answer") or "" for i in idx]
             scores = pool.math_rewards(texts, golds)
         elif kind == "reasoning_gym":
-            entries = [paper_utils.rehydrate_rg_entry(records[i].get("entry")) for i in idx]
-            scores = [0.0] * len(idx)
-            ok = [j for j, e in enumerate(entries) if e is not None]
-            for j, v in zip(ok, pool.reasoning_gym_rewards([texts[j] for j in ok], [entries[j] for j in ok])):
-                scores[j] = v
+            scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx])
         else:
             tests = [records[i].get("tests") for i in idx]
             tests = [t if isinstance(t, str) else json.dumps(t) for t in tests]
@@ -264,6 +226,6 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
     return paper_reward
 
 
-__all__ = ["TRAIN_SOURCES", "LEFT_OUT", "TrainDataSettings", "prepare_train_data", "paper_rewards",
+__all__ = ["TrainDataSettings", "prepare_train_data", "paper_rewards",
            "make_paper_reward", "hub_revisions", "is_paper_data", "is_paper_record", "split_records",
            "training_record", "MARKER"]

