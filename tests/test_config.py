@@ -115,7 +115,8 @@ PAPER_RL_CASES = [
     ("no start model", lambda c: c["rl"].pop("start_model"), ["rl.start_model", "required without rl.prorl"]),
     ("start model not fetched", lambda c: c["rl"].update(start_model="sft"),
      ["rl.start_model", "'sft' is not a fetched checkpoint"]),
-    ("ProRL stage without the tiny model", lambda c: c["rl"].update(prorl={"n_rollouts": 16, "prompts_per_step": 8}),
+    ("ProRL stage without the tiny model", lambda c: (c["profile"].update(start="trained", data="tasks"),
+                                                      c["rl"].update(prorl={"n_rollouts": 16, "prompts_per_step": 8})),
      ["rl.start_model: the arms start from the ProRL stage", "checkpoints.fetch.prorl", "ProRL stage needs sft",
       "rl.data"]),
     ("no training data", lambda c: c["rl"].pop("data"), ["rl.data", "required without rl.prorl"]),
@@ -278,7 +279,7 @@ def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
     for block in arms + [b for b in blocks if b.startswith("study_start:")]:
         assert "brorl launch --accelerate-config fsdp2 -- brorl study-arm" in block
         assert "--data results/data/rl" in block and "nodes=8" in block and "gres=gpu:8" in block
-    plateau = [b for b in arms if "--init resources/models/prorl.manifest.json" in b]
+    plateau = [b for b in arms if "--init resources/models/prorl " in b]  # the folder beside the manifest
     late = [b for b in arms if "--init resources/study/prorl_late" in b]
     assert len(plateau) == 48 and len(late) == 6
     assert all('"mode": "sampled"' in b and '"engine": "vllm"' in b for b in arms)

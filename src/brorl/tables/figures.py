@@ -156,7 +156,7 @@ class FigureBuilder:
         return None, f"missing: no FINISHED evaluate run of model {model} with {task}"
 
     def figure4(self, out_png) -> None:
-        tiny = self.plan.profile in ("tiny", "ci")
+        tiny = self.plan.data == "tasks"  # the tiny tasks' families, else the paper's Figure 4 tasks
         if tiny:
             tasks = [t for t in TINY if t in self.plan.benchmarks] or list(TINY)
         else:
@@ -284,7 +284,7 @@ def build_figure(name: str, *, tracking_uri: str, experiment: str, profile: str,
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
     if isinstance(plan, dict):
-        plan = Plan.from_config({**plan, "profile": profile})
+        plan = Plan.from_config(plan)
     store = RunStore(tracking_uri, experiment, profile)
     try:
         fb = FigureBuilder(store, plan or Plan.infer(store))

@@ -47,6 +47,7 @@ class Plan:
     benchmarks: list[str] = field(default_factory=list)
     extra_models: list[str] = field(default_factory=list)  # evaluated checkpoints not trained here
     train_prorl: bool = True                             # False: the ProRL checkpoint is fetched
+    data: str = "tasks"                                  # the profile's data source kind (brorl.profile)
 
     def __post_init__(self):
         self.arms = sorted(dict.fromkeys(self.arms), key=arm_order)
@@ -64,8 +65,11 @@ class Plan:
 
     @classmethod
     def from_config(cls, config: dict) -> "Plan":
-        """From the pipeline's config (``profile``, ``rl.arms``, ``rl.prorl``, optional ``evaluation``)."""
-        profile = config.get("profile", "tiny")
+        """From the pipeline's config (the ``profile`` block, ``rl.arms``, optional ``evaluation``)."""
+        from brorl.profile import Profile
+
+        declared = Profile.from_config(config)
+        profile = declared.name
         rl = config.get("rl") or {}
         arms_cfg = rl.get("arms") or {}
         arms = [f"n{b['n_rollouts']}" for b in arms_cfg.get("batches", [])]
@@ -78,7 +82,7 @@ class Plan:
         else:
             extra = [m for m in ((config.get("checkpoints") or {}).get("fetch") or {}) if m != "prorl"]
         return cls(profile=profile, arms=arms, seeds=arms_cfg.get("seeds", []), benchmarks=list(benchmarks),
-                   extra_models=extra, train_prorl="prorl" in rl)
+                   extra_models=extra, train_prorl=declared.trains_start, data=declared.data)
 
     @classmethod
     def infer(cls, store) -> "Plan":
@@ -105,6 +109,6 @@ class Plan:
             benchmarks = DEFAULT_BENCHMARKS.get(store.profile, list(TINY))
         order = {b: i for i, b in enumerate([*MATH, *CODE, *OTHER, REASONING_GYM, *TINY])}
         benchmarks = sorted(set(benchmarks), key=lambda b: (order.get(b, len(order)), b))
-        train_prorl = store.profile not in ("paper", "small") or any(r.rule == RULE_PRORL for r in recs)
         return cls(profile=store.profile, arms=arms, seeds=seeds, benchmarks=benchmarks,
-                   extra_models=sorted(set(extra)), train_prorl=train_prorl)
+                   extra_models=sorted(set(extra)), train_prorl=any(r.rule == RULE_PRORL for r in recs),
+                   data="tasks" if any(b in TINY for b in benchmarks) else "paper")

@@ -83,8 +83,9 @@ def stage_config(rl: dict, arm: str) -> dict:
                      "schedule": schedule}}
 
 
-def plan_errors(rl: dict) -> list[str]:
-    """Every invalid stage of the plan, naming the config key that causes it (for config validation)."""
+def plan_errors(rl: dict, prorl_stage: bool) -> list[str]:
+    """Every invalid stage of the plan, naming the config key that causes it (for config validation);
+    ``prorl_stage``: the profile trains its start (profile.start: trained), so ``rl.prorl`` is a stage."""
     errors = []
     arms = rl.get("arms", {})
 
@@ -112,7 +113,7 @@ def plan_errors(rl: dict) -> list[str]:
                 errors.append(f"{origin(key, stage, where)}: {msg.split(':', 1)[1].strip()} (in {where})"
                               f" [rule: RLSettings]")
 
-    if "prorl" in rl:
+    if prorl_stage:
         check(prorl_settings(rl), "rl.prorl")
     ns = [b["n_rollouts"] for b in arms.get("batches", [])]
     for n in sorted({n for n in ns if ns.count(n) > 1}):
@@ -178,8 +179,9 @@ def _mean(x: np.ndarray) -> float:
 
 def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path, stages: list[dict],
             model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
-            progress: bool = True) -> dict:
-    """Run the stages of one arm (resumable) and write its outputs; returns the arm summary."""
+            progress: bool = True, source: str | None = None) -> dict:
+    """Run the stages of one arm (resumable) and write its outputs; returns the arm summary. ``source``: the data
+    source kind (brorl.profile.SOURCES; the declared profile.data)."""
     import torch
     from accelerate import PartialState
 
@@ -197,7 +199,7 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
         if progress:
             print(f"[arm {arm} seed {seed}] stage {k + 1}/{len(stages)}: N={s.n_rollouts} x "
                   f"{s.prompts_per_step} prompts/step from {init}", flush=True)
-        summary = train_stage(init, data_dir, out, s, progress=progress)
+        summary = train_stage(init, data_dir, out, s, progress=progress, source=source)
         summaries.append(summary)
         for r in read_metrics(out):
             rows.append({**r, "arm": arm, "seed": seed, "stage": k, "stage_n_rollouts": s.n_rollouts,
