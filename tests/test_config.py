@@ -58,7 +58,7 @@ CASES = [
      ["theory.simulation.steps", "type"]),
     ("missing key", lambda c: c["theory"]["simulation"].pop("num_correct"),
      ["theory.simulation.num_correct", "required"]),
-    ("bad profile", lambda c: c.update(profile="huge"), ["profile", "enum"]),
+    ("bad profile", lambda c: c["profile"].update(name="huge"), ["profile.name", "enum"]),
     ("summary step past the end", lambda c: c["theory"].update(summary_steps=[100, 5000]),
      ["theory.summary_steps[1]", "theory.simulation.steps"]),
     ("sweep bounds", lambda c: c["theory"]["extended_sweep"].update(n_min=64, n_max=8),
@@ -192,11 +192,11 @@ def test_cli_validate_config(tmp_path):
 def test_command_line_overrides_apply_to_the_default_profile():
     """`--config KEY=VALUE` without --configfile overrides the tiny defaults (and is validated too)."""
     proc = subprocess.run(
-        ["snakemake", "-n", "--cores", "1", "--config", "profile=huge"],
+        ["snakemake", "-n", "--cores", "1", "--config", "profile={name: huge}"],
         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "--config: profile: 'huge' is not one of" in text  # named by where it came from
+    assert "--config: profile.name: 'huge' is not one of" in text  # named by where it came from
     assert "required key is missing" not in text  # the rest still comes from config/config.yaml
 
 
@@ -465,13 +465,21 @@ def test_an_overlay_states_only_what_differs_from_its_base(base, overlay):
         assert node != value, f"{overlay}: {'.'.join(path)} repeats the base's value"
 
 
-def test_strong_overlay_on_the_tiny_profile_equals_the_old_full_strong_yaml():
-    """config/strong.yaml was a full copy of config/config.yaml until 46a57f1 (issue 21's threads); the overlay
-    on its base must give exactly that config, so the strong setting's jobs and config_hash tags are unchanged."""
+def _old_strong() -> subprocess.CompletedProcess:
+    """The last full config/strong.yaml, its `profile: tiny` written as today's declared block (brorl.profile)."""
     old = subprocess.run(["git", "show", f"{STRONG_FULL_COMMIT}:config/strong.yaml"], cwd=PROJECT_ROOT,
                          capture_output=True, text=True)
     if old.returncode != 0:
         pytest.skip(f"no git history with {STRONG_FULL_COMMIT} here: {old.stderr.strip()}")
+    assert "\nprofile: tiny\n" in old.stdout
+    old.stdout = old.stdout.replace("\nprofile: tiny\n", "\nprofile: {name: tiny, start: trained, data: tasks}\n")
+    return old
+
+
+def test_strong_overlay_on_the_tiny_profile_equals_the_old_full_strong_yaml():
+    """config/strong.yaml was a full copy of config/config.yaml until 46a57f1 (issue 21's threads); the overlay
+    on its base must give exactly that config, so the strong setting's jobs and config_hash tags are unchanged."""
+    old = _old_strong()
     merged = load_config(PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/strong.yaml")
     assert merged == yaml.safe_load(old.stdout)
     assert merged["rl"]["arms"]["seeds"] == [0, 1, 2, 3, 4] and merged["rl"]["arms"]["sample_budget"] == 49152
@@ -543,10 +551,7 @@ def test_snakemake_names_the_overlay_file_and_line_before_any_job(tmp_path):
 def test_strong_command_plans_what_the_old_full_strong_yaml_planned(tmp_path):
     """`snakemake --configfile config/config.yaml config/strong.yaml` (the Snakefile's default config/config.yaml
     applies only without --configfile) plans the same jobs and commands as the old full file did."""
-    old = subprocess.run(["git", "show", f"{STRONG_FULL_COMMIT}:config/strong.yaml"], cwd=PROJECT_ROOT,
-                         capture_output=True, text=True)
-    if old.returncode != 0:
-        pytest.skip(f"no git history with {STRONG_FULL_COMMIT} here: {old.stderr.strip()}")
+    old = _old_strong()
     (tmp_path / "old.yaml").write_text(old.stdout)
     plans = [_plan(tmp_path / "overlay", PROJECT_ROOT / "config/config.yaml", PROJECT_ROOT / "config/strong.yaml"),
              _plan(tmp_path / "full", tmp_path / "old.yaml")]
