@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from brorl.training.arms import ARM_NAME, arm_of, arm_plan
+
 MATH = ("aime24", "aime25", "amc", "math500", "minerva", "olympiadbench")
 CODE = ("apps", "codecontests", "codeforces", "taco")
 REASONING_GYM = "reasoning_gym"
@@ -26,23 +28,13 @@ DEFAULT_BENCHMARKS = {
     "small": [REASONING_GYM],
 }
 
-_ARM_MODEL = re.compile(r"(n\d+|schedule)-seed(\d+)")
-
-
-def arm_order(arm: str):
-    m = re.fullmatch(r"n(\d+)", arm)
-    return (0, int(m.group(1))) if m else (1, 0)
-
-
-def arm_n(arm: str) -> int | None:
-    m = re.fullmatch(r"n(\d+)", arm)
-    return int(m.group(1)) if m else None
+_ARM_MODEL = re.compile(rf"({ARM_NAME})-seed(\d+)")
 
 
 @dataclass
 class Plan:
     profile: str
-    arms: list[str] = field(default_factory=list)       # n16, n64, ..., schedule
+    arms: list[str] = field(default_factory=list)       # arm names (brorl.training.arms): n16, ..., schedule
     seeds: list[str] = field(default_factory=list)      # "0", "1"
     benchmarks: list[str] = field(default_factory=list)
     extra_models: list[str] = field(default_factory=list)  # evaluated checkpoints not trained here
@@ -50,14 +42,14 @@ class Plan:
     data: str = "tasks"                                  # the profile's data source kind (brorl.profile)
 
     def __post_init__(self):
-        self.arms = sorted(dict.fromkeys(self.arms), key=arm_order)
+        self.arms = sorted(dict.fromkeys(self.arms), key=lambda a: arm_of(a).order)
         self.seeds = sorted(dict.fromkeys(str(s) for s in self.seeds), key=int)
         self.benchmarks = list(dict.fromkeys(self.benchmarks))
 
     @property
     def base_arm(self) -> str | None:
         """The smallest-N arm: the ProRL continuation (n16) every larger N is compared with."""
-        ns = [a for a in self.arms if arm_n(a) is not None]
+        ns = [a for a in self.arms if arm_of(a).n is not None]
         return ns[0] if ns else None
 
     def has(self, benchmarks) -> list[str]:
@@ -72,9 +64,7 @@ class Plan:
         profile = declared.name
         rl = config.get("rl") or {}
         arms_cfg = rl.get("arms") or {}
-        arms = [f"n{b['n_rollouts']}" for b in arms_cfg.get("batches", [])]
-        if arms_cfg.get("schedule"):
-            arms.append("schedule")
+        arms = list(arm_plan(rl))
         ev = config.get("evaluation") or {}
         benchmarks = ev.get("benchmarks") or DEFAULT_BENCHMARKS.get(profile, list(TINY))
         if ev.get("models") is not None:
