@@ -190,32 +190,16 @@ def cmd_fetch_model(args) -> int:
 def cmd_data_blend(args) -> int:
     """Write the paper's training/evaluation data manifest as a table (no download)."""
     import mlflow
-    import pandas as pd
 
-    from brorl.fetch import load_data_blend
+    from brorl.tables.blend import write_data_blend
 
     with _run(args):
-        blend = load_data_blend()
-        cols = ["name", "role", "domain", "source_kind", "repo_id", "revision", "size_paper",
-                "id_confidence", "brorl_unstated", "note"]
-        frame = pd.DataFrame([{c: e.get(c) for c in cols} for e in blend["entries"]])
-        frame["revision"] = frame["revision"].fillna("(not pinned: main at fetch time)")
-        frame["brorl_unstated"] = frame["brorl_unstated"].map(
-            lambda v: "; ".join(v) if isinstance(v, list) else (v or ""))
-        Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        frame.to_csv(args.csv, index=False)
-        lines = ["# The paper's data blend (manifest)", "", blend["caveat"], "",
-                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-        for _, row in frame.iterrows():
-            lines.append("| " + " | ".join("" if pd.isna(row[c]) else str(row[c]).replace("|", "/")
-                                           for c in cols) + " |")
-        Path(args.md).write_text("\n".join(lines) + "\n")
-        train = frame[frame["role"] == "train"]
-        mlflow.log_metrics({"train_entries": len(train), "train_size_paper": float(train["size_paper"].sum()),
-                            "eval_entries": int((frame["role"] == "eval").sum())})
+        metrics = write_data_blend(args.csv, args.md)
+        n = int(metrics.pop("entries"))
+        mlflow.log_metrics(metrics)
         mlflow.log_artifact(args.csv)
         mlflow.log_artifact(args.md)
-    print(f"[data-blend] wrote {args.csv} ({len(frame)} entries)")
+    print(f"[data-blend] wrote {args.csv} ({n} entries)")
     return 0
 
 
@@ -534,37 +518,19 @@ def cmd_prepare_benchmark(args) -> int:
     return 0
 
 
-def _copy_theory_figure(args, tracking: dict) -> dict:
-    """BroRL Figure 3 is made by the theory rules; file it with the tables, citing the run that drew it."""
-    import shutil
-
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=tracking["uri"])
-    exp = client.get_experiment_by_name(tracking["experiment"])
-    runs = [] if exp is None else client.search_runs(
-        [exp.experiment_id], filter_string=f"tags.rule = 'theory_figure3' and tags.profile = '{_profile(args).name}' and "
-        "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"], max_results=1)
-    if not runs:
-        raise SystemExit("figure3: no FINISHED theory_figure3 run in the MLflow store")
-    Path(args.png).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.source, args.png)
-    return {"run_ids": [runs[0].info.run_id], "gaps": [], "metrics": {}}
-
-
 def cmd_paper_table(args) -> int:
     """One paper table or figure rebuilt from the MLflow runs, the paper's values beside ours."""
     import mlflow
 
-    from brorl.tables import FIGURES, build_figure, build_table
-    from brorl.tracking import _tracking
+    from brorl.tables import FIGURES, build_figure, build_table, file_theory_figure
+    from brorl.tracking import tracking_settings
 
     cfg = json.loads(args.config)
-    tracking = _tracking(json.loads(args.tracking))
+    tracking = tracking_settings(json.loads(args.tracking))
     common = dict(tracking_uri=tracking["uri"], experiment=tracking["experiment"], profile=_profile(args).name, plan=cfg)
     with _run(args):
         if args.name == "figure3":  # the theory stage's figure, filed with the paper's tables
-            out = _copy_theory_figure(args, tracking)
+            out = file_theory_figure(args.source, args.png, **{k: common[k] for k in ("tracking_uri", "experiment", "profile")})
         elif args.name in FIGURES:
             out = build_figure(args.name, out_png=args.png, out_csv=args.csv, **common)
         else:
