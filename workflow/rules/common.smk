@@ -25,7 +25,7 @@ if "sandbox" in config:  # the code sandbox's switch reaches every job (and lm-e
     os.environ.update(BRORL_SANDBOX_ALLOW_UNCONFINED="1" if config["sandbox"].get("allow_unconfined") else "0")
 TRACKING = json.dumps(config["tracking"], sort_keys=True)
 # What every `brorl` command shares, set once (as the sandbox switch): the profile and the MLflow store. A rule's
-# command names its own config section (--config), outputs and log; `--rule {rule}` tags its MLflow run.
+# command names its own config section (--config), outputs and log; `--rule {params.rule}` tags its MLflow run.
 os.environ.update(BRORL_PROFILE=PROFILE.to_json(), BRORL_TRACKING=TRACKING)
 
 

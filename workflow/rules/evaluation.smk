@@ -54,7 +54,7 @@ if PAPER_BENCH:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl prepare-benchmark --rule {rule} --config {params.cfg:q}"
+            "brorl prepare-benchmark --rule {params.rule} --config {params.cfg:q}"
             " --wildcard benchmark={wildcards.benchmark} --name {wildcards.benchmark}"
             " --dest {output} 2>&1 | tee {log}"
 
@@ -87,6 +87,6 @@ if EVAL:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl evaluate --rule {rule} --config {params.cfg:q}"
+            "OMP_NUM_THREADS={threads} brorl evaluate --rule {params.rule} --config {params.cfg:q}"
             " --wildcard model={wildcards.model} --model {params.model_dir}"
             " {params.benchmarks} --cache resources/eval-cache 2>&1 | tee {log}"

@@ -34,7 +34,7 @@ if FETCH:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl fetch-model --rule {rule} --wildcard name={wildcards.name}"
+            "brorl fetch-model --rule {params.rule} --wildcard name={wildcards.name}"
             " --config {params.cfg:q}"
             " --dest resources/models/{wildcards.name} --manifest {output.manifest} 2>&1 | tee {log}"
 
@@ -56,5 +56,5 @@ rule paper_data_blend:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl data-blend --rule {rule} --config {params.cfg:q}"
+        "brorl data-blend --rule {params.rule} --config {params.cfg:q}"
         " --csv {output.csv} --md {output.md} 2>&1 | tee {log}"

@@ -36,7 +36,7 @@ if TASKS:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {rule} --config {params.cfg:q}"
+            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule} --config {params.cfg:q}"
             " --out results/data 2>&1 | tee {log}"
 
 if TRAINED:
@@ -57,7 +57,7 @@ if TRAINED:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl sft --rule {{rule}} --config {{params.cfg:q}}"
+            f"{ALL_CORES}brorl sft --rule {{params.rule}} --config {{params.cfg:q}}"
             " --data results/data --out {output} 2>&1 | tee {log}"
 
     rule difficulty:
@@ -85,6 +85,6 @@ if TRAINED:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl difficulty --rule {{rule}} --config {{params.cfg:q}}"
+            f"{ALL_CORES}brorl difficulty --rule {{params.rule}} --config {{params.cfg:q}}"
             " --wildcard model={wildcards.model} --model {input.model} --data results/data"
             " --title {params.title:q} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

@@ -23,6 +23,6 @@ if RG_DIFFICULTY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl rg-difficulty --rule {rule}"
+            "OMP_NUM_THREADS={threads} brorl rg-difficulty --rule {params.rule}"
             " --config {params.cfg:q} --model {params.model}"
             " --csv {output.csv} --tasks-csv {output.tasks} 2>&1 | tee {log}"

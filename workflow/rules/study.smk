@@ -42,7 +42,7 @@ if STUDY and PRORL_STAGE:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {rule}"
+            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule}"
             " --config {params.cfg:q} --out {params.out} 2>&1 | tee {log}"
 
 if STUDY:
@@ -64,7 +64,7 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{rule}}"
+            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
             " --config {params.cfg:q} --arm prorl_late --seed 0"
             f" --init {STUDY_FOLDERS['plateau']}"
             f" --data {TRAIN_DATA_DIR} --work resources/work/study/prorl_late --model-out {{output.model}}"
@@ -95,7 +95,7 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{rule}}"
+            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
             " --config {params.cfg:q} --wildcard setting={wildcards.setting}"
             " --wildcard n={wildcards.n} --wildcard seed={wildcards.seed} --arm {wildcards.setting}-n{wildcards.n}"
             " --seed {wildcards.seed} --init {params.init} --data {params.data}"
@@ -122,6 +122,6 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl study-summary --rule {rule} --config {params.cfg:q}"
+            "brorl study-summary --rule {params.rule} --config {params.cfg:q}"
             " --results results/study --md {output.md} --csv {output.csv}"
             " --png-delta {output.delta} --png-base {output.base} 2>&1 | tee {log}"

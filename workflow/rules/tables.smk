@@ -47,7 +47,7 @@ if TABLES_ON:
             conda:
                 "../envs/brorl.yaml"
             shell:
-                "brorl paper-table --rule {rule} --config {params.cfg:q}"
+                "brorl paper-table --rule {params.rule} --config {params.cfg:q}"
                 " --name {params.name} --csv {output.csv} --md {output.md}"
                 " --cells {output.cells} 2>&1 | tee {log}"
 
@@ -73,7 +73,7 @@ if TABLES_ON:
             conda:
                 "../envs/brorl.yaml"
             shell:
-                "brorl paper-table --rule {rule} --config {params.cfg:q}"
+                "brorl paper-table --rule {params.rule} --config {params.cfg:q}"
                 " --name {params.name} --png {output.png} --csv {output.csv} 2>&1 | tee {log}"
 
     rule paper_figure3:
@@ -91,7 +91,7 @@ if TABLES_ON:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl paper-table --rule {rule} --config {params.cfg:q}"
+            "brorl paper-table --rule {params.rule} --config {params.cfg:q}"
             " --name figure3 --source {input} --png {output} 2>&1 | tee {log}"
 
 THROUGHPUT = "throughput" in config and TRAIN  # on the arms' start model (START_MODEL: training.smk)
@@ -118,6 +118,6 @@ if THROUGHPUT:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl throughput --rule {{rule}}"
+            f"{ALL_CORES}brorl throughput --rule {{params.rule}}"
             f" --config {{params.cfg:q}} --model {START_MODEL}"
             " --csv {output.csv} --md {output.md} --png {output.png} 2>&1 | tee {log}"

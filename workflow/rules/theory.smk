@@ -26,7 +26,7 @@ rule theory_simulation:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} brorl theory-simulate --rule {rule} --config {params.cfg:q}"
+        "OMP_NUM_THREADS={threads} brorl theory-simulate --rule {params.rule} --config {params.cfg:q}"
         " --csv {output.csv} 2>&1 | tee {log}"
 
 
@@ -61,7 +61,7 @@ rule theory_figure3:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} brorl theory-figure3 --rule {rule} --config {params.cfg:q}"
+        "OMP_NUM_THREADS={threads} brorl theory-figure3 --rule {params.rule} --config {params.cfg:q}"
         " --csv {input.csv} --figure {output.figure}"
         " --summary-md {output.summary_md} --summary-csv {output.summary_csv} 2>&1 | tee {log}"
 
@@ -95,6 +95,6 @@ rule theory_extended_sweep:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} brorl theory-sweep --rule {rule} --config {params.cfg:q}"
+        "OMP_NUM_THREADS={threads} brorl theory-sweep --rule {params.rule} --config {params.cfg:q}"
         " --csv {output.csv} --md {output.md} --png {output.png}"
         " 2>&1 | tee {log}"

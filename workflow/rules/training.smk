@@ -36,7 +36,7 @@ ACCELERATE_CONFIG = config["rl"].get("launch", {}).get("accelerate_config", "fsd
 ARM_LAUNCH = "" if PRORL_STAGE else f"brorl launch --accelerate-config {ACCELERATE_CONFIG} -- "
 ARM_INIT = "{input.model}" if PRORL_STAGE else START_MODEL
 TRAIN_ARM_SHELL = (
-    f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{rule}}"
+    f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
     " --config {params.cfg:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
     f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {ARM_INIT} --data {TRAIN_DATA_DIR}"
     " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
@@ -67,7 +67,7 @@ if PAPER_TRAIN_DATA:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl train-data --rule {rule} --config {params.cfg:q}"
+            "brorl train-data --rule {params.rule} --config {params.cfg:q}"
             " --out results/data/rl --cache resources/data/rl 2>&1 | tee {log}"
 
 if PRORL_STAGE:
@@ -91,7 +91,7 @@ if PRORL_STAGE:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl train-arm --rule {{rule}} --config {{params.cfg:q}}"
+            f"{ALL_CORES}brorl train-arm --rule {{params.rule}} --config {{params.cfg:q}}"
             " --arm prorl --init {input.model} --data results/data"
             " --work resources/work/prorl --model-out {output.model} --results results/train/prorl 2>&1 | tee {log}"
 
@@ -140,10 +140,10 @@ if TRAIN:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl train-summary --rule {rule} --config {params.cfg:q}"
+            "brorl train-summary --rule {params.rule} --config {params.cfg:q}"
             " --results results/train --prorl results/train/prorl"
             " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"
             if PRORL_STAGE else
-            "brorl train-summary --rule {rule} --config {params.cfg:q}"
+            "brorl train-summary --rule {params.rule} --config {params.cfg:q}"
             " --results results/train"
             " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"
