@@ -44,3 +44,8 @@ rule all:
         STUDY_OUTPUTS,
         DVC_FILES,
     default_target: True
+
+
+# Every rule's command tags its MLflow run with the rule's own name (`--rule {params.rule}`): set here, once.
+for _rule in workflow.rules:
+    _rule.set_params(rule=_rule.name)

@@ -61,7 +61,7 @@ CASES = [
      ["theory.simulation.steps", "type"]),
     ("missing key", lambda c: c["theory"]["simulation"].pop("num_correct"),
      ["theory.simulation.num_correct", "required"]),
-    ("bad profile", lambda c: c.update(profile="huge"), ["profile", "enum"]),
+    ("bad profile", lambda c: c["profile"].update(name="huge"), ["profile.name", "enum"]),
     ("summary step past the end", lambda c: c["theory"].update(summary_steps=[100, 5000]),
      ["theory.summary_steps[1]", "theory.simulation.steps"]),
     ("sweep bounds", lambda c: c["theory"]["extended_sweep"].update(n_min=64, n_max=8),
@@ -118,7 +118,8 @@ PAPER_RL_CASES = [
     ("no start model", lambda c: c["rl"].pop("start_model"), ["rl.start_model", "required without rl.prorl"]),
     ("start model not fetched", lambda c: c["rl"].update(start_model="sft"),
      ["rl.start_model", "'sft' is not a fetched checkpoint"]),
-    ("ProRL stage without the tiny model", lambda c: c["rl"].update(prorl={"n_rollouts": 16, "prompts_per_step": 8}),
+    ("ProRL stage without the tiny model", lambda c: (c["profile"].update(start="trained", data="tasks"),
+                                                      c["rl"].update(prorl={"n_rollouts": 16, "prompts_per_step": 8})),
      ["rl.start_model: the arms start from the ProRL stage", "checkpoints.fetch.prorl", "ProRL stage needs sft",
       "rl.data"]),
     ("no training data", lambda c: c["rl"].pop("data"), ["rl.data", "required without rl.prorl"]),
@@ -194,11 +195,11 @@ def test_cli_validate_config(tmp_path):
 def test_command_line_overrides_apply_to_the_default_profile():
     """`--config KEY=VALUE` without --configfile overrides the tiny defaults (and is validated too)."""
     proc = subprocess.run(
-        ["snakemake", "-n", "--cores", "1", "--config", "profile=huge"],
+        ["snakemake", "-n", "--cores", "1", "--config", "profile={name: huge}"],
         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "--config: profile: 'huge' is not one of" in text  # named by where it came from
+    assert "--config: profile.name: 'huge' is not one of" in text  # named by where it came from
     assert "required key is missing" not in text  # the rest still comes from config/config.yaml
 
 
@@ -281,7 +282,7 @@ def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
     for block in arms + [b for b in blocks if b.startswith("study_start:")]:
         assert "brorl launch --accelerate-config fsdp2 -- brorl study-arm" in block
         assert "--data results/data/rl" in block and "nodes=8" in block and "gres=gpu:8" in block
-    plateau = [b for b in arms if "--init resources/models/prorl.manifest.json" in b]
+    plateau = [b for b in arms if "--init resources/models/prorl " in b]  # the folder beside the manifest
     late = [b for b in arms if "--init resources/study/prorl_late" in b]
     assert len(plateau) == 48 and len(late) == 6
     assert all('"mode": "sampled"' in b and '"engine": "vllm"' in b for b in arms)
@@ -475,7 +476,8 @@ def _full_copy(overlay):
     old = subprocess.run(["git", "show", f"{commit}:{overlay}"], cwd=PROJECT_ROOT, capture_output=True, text=True)
     if old.returncode != 0:
         pytest.skip(f"no git history with {commit} here: {old.stderr.strip()}")
-    return old.stdout
+    assert "\nprofile: tiny\n" in old.stdout  # its `profile: tiny`, written as today's declared block (brorl.profile)
+    return old.stdout.replace("\nprofile: tiny\n", "\nprofile: {name: tiny, start: trained, data: tasks}\n")
 
 
 @pytest.mark.parametrize("overlay", FULL_COPIES)

@@ -530,7 +530,7 @@ def test_paper_profile_refuses_unpinned_sources_unless_allowed_and_says_so_in_ml
     tracking = {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "pins",
                 "artifact_root": str(tmp_path / "art")}
 
-    def fetch_cli(cfg: dict, profile: str = "paper"):
+    def fetch_cli(cfg: dict, profile: str = '{"name": "paper", "start": "fetched", "data": "paper", "pins": "required"}'):
         return _brorl(["brorl", "fetch-model", "--rule", "fetch_checkpoint", "--profile", profile,
                        "--config", json.dumps({"repo_id": REPO, "source": str(hub), **cfg}),
                        "--tracking", json.dumps(tracking), "--wildcard", "name=prorl",

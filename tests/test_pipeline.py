@@ -70,7 +70,7 @@ def project(tmp_path_factory):
              "tokenizer/tokenizer.json": b"{}"}
     write_local_snapshot(hub, REPO_ID, "main", COMMIT, files)
     cfg = yaml.safe_load((work / "tests/configs/ci.yaml").read_text())
-    cfg["checkpoints"] = {"source": str(hub), "fetch": {"prorl_hub": {"repo_id": REPO_ID, "revision": "main"}}}
+    cfg["checkpoints"] = {"source": str(hub), "fetch": {"prorl_hub": {"kind": "hub", "repo_id": REPO_ID, "revision": "main"}}}
     (work / CI_CONFIG).write_text(yaml.safe_dump(cfg))
     sh(["git", "init", "-q"], work)
     sh(GIT + ["add", "-A"], work)

@@ -160,13 +160,15 @@ def paper_study_cfg():
 
 def test_paper_study_plan_starts_from_the_fetched_checkpoint():
     from brorl.config import validate_config
+    from brorl.profile import Profile
     from brorl.study.plan import heldout_settings, late_start_stage, pools, starts, study_errors
 
     cfg = validate_config(paper_study_cfg())  # `--configfile config/paper.yaml config/paper_study.yaml`
     rl, study = cfg["rl"], cfg["study"]
+    profile = Profile.from_config(cfg)
     assert study_errors(cfg) == []
-    assert starts(rl) == {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
-    assert pools(rl) == {"fixed": "results/data/rl"}
+    assert starts(profile, rl) == {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
+    assert pools(profile) == {"fixed": "results/data/rl"}
     # the base comparison is BroRL's Table 1: N=16 x 512 prompts vs N=512 x 128 (8x the samples per step), sqrt lr
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
     assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 512
@@ -182,7 +184,7 @@ def test_paper_study_plan_starts_from_the_fetched_checkpoint():
     assert plan["factorial_s"] == {16: BASE, 512: "factorial_s"}
     assert plan["factorial_8s"] == {16: "equal_samples_per_step", 512: BASE}
     assert {"base_x4", "base_x16"} <= set(plan) and len(arm_jobs(rl, study)) == 18
-    late = RLSettings.from_dict(late_start_stage(rl, study))
+    late = RLSettings.from_dict(late_start_stage(profile, rl, study))
     assert (late.n_rollouts, late.prompts_per_step, late.max_steps) == (16, 512, 535)
     h = heldout_settings(rl, study)
     assert h["mode"] == "sampled" and h["samples"] >= max(study["heldout_k"]) and h["engine"] == "vllm"

@@ -408,7 +408,8 @@ def paper(tmp_path_factory):
 
 
 def test_paper_profile_tables_3_4_5(paper, tmp_path):
-    plan = {"rl": {"arms": {"seeds": [0], "batches": [{"n_rollouts": 16}, {"n_rollouts": 512}]}},
+    plan = {"profile": {"name": "paper", "start": "fetched", "data": "paper"},
+            "rl": {"arms": {"seeds": [0], "batches": [{"n_rollouts": 16}, {"n_rollouts": 512}]}},
             "checkpoints": {"fetch": {"prorl": {}}}}
     _, rows, cells, _ = build(paper, "table3", tmp_path, plan=plan)
     r = ours(rows, "BroRL n512")

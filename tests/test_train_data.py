@@ -73,7 +73,7 @@ def prepared(tmp_path_factory):
 
 def test_splits_in_the_layout_the_stage_reads(prepared):
     data, marker = prepared["data"], prepared["marker"]
-    assert paper_data.is_paper_data(data)
+    assert (data / paper_data.MARKER).is_file()
     assert sorted(marker["sources"]) == ["deepscaler", "eurus2_code", "reasoning_gym"]
     counts = {k: (v["n_train"], v["n_validation"]) for k, v in marker["sources"].items()}
     # 5 math problems, 4 code rows (the maths row of the code file is not ability=code), 2 RG tasks x 3 items

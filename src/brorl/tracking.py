@@ -65,7 +65,8 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _tracking(tracking: dict | None) -> dict:
+def tracking_settings(tracking: dict | None) -> dict:
+    """The MLflow settings: the defaults, the config's ``tracking`` section, then MLFLOW_TRACKING_URI."""
     merged = dict(DEFAULT_TRACKING)
     merged.update(tracking or {})
     if os.environ.get("MLFLOW_TRACKING_URI"):
@@ -85,7 +86,7 @@ def init_store(tracking: dict | None = None) -> str:
     """
     import mlflow
 
-    cfg = _tracking(tracking)
+    cfg = tracking_settings(tracking)
     mlflow.set_tracking_uri(cfg["uri"])
     key = (os.getcwd(), cfg["uri"], cfg["experiment"])  # a relative sqlite URI names another store elsewhere
     if key not in _EXPERIMENTS:
@@ -132,7 +133,7 @@ def rule_run(rule: str, *, profile: str, config: dict, wildcards: dict | None = 
     """
     import mlflow
 
-    cfg = _tracking(tracking)
+    cfg = tracking_settings(tracking)
     experiment_id = init_store(cfg)
     wildcards = dict(wildcards or {})
     run_name = rule + "".join(f"/{k}={v}" for k, v in sorted(wildcards.items()))

@@ -10,6 +10,7 @@ from brorl.config import ConfigError, validate_workflow_config
 from brorl.data.benchmarks import check_gated_access
 from brorl.data.catalog import benchmark_spec
 from brorl.data.hub import FetchError, pin_hint, unpinned
+from brorl.profile import Profile
 
 # The files Snakemake merged (the default or the --configfile ones, in order) and --config: errors name file:line.
 try:
@@ -18,11 +19,15 @@ try:
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
-PROFILE = config["profile"]
+PROFILE = Profile.from_config(config)  # the declared profile (brorl.profile): what the run starts from, trains on
+SOURCE = PROFILE.source  # its data source kind: where the arms' data is (brorl.profile.SOURCES)
 if "sandbox" in config:  # the code sandbox's switch reaches every job (and lm-eval, accelerate ranks) this way
     # (set, not read: nothing a user must define, so no `envvars:` directive)
     os.environ.update(BRORL_SANDBOX_ALLOW_UNCONFINED="1" if config["sandbox"].get("allow_unconfined") else "0")
 TRACKING = json.dumps(config["tracking"], sort_keys=True)
+# What every `brorl` command shares, set once (as the sandbox switch): the profile and the MLflow store. A rule's
+# command names its own config section (--config), outputs and log; `--rule {params.rule}` tags its MLflow run.
+os.environ.update(BRORL_PROFILE=PROFILE.to_json(), BRORL_TRACKING=TRACKING)
 
 
 def as_json(section):
@@ -46,12 +51,12 @@ def stop_before_any_job(check):
 
 
 def pinned_input(output, sources, key):
-    """An input function (no input) refusing, in the paper profile, hub sources not pinned to a commit unless
+    """An input function (no input) refusing, where the profile requires pins, hub sources not pinned to a commit unless
     checkpoints.allow_unpinned: ``sources(wildcards)`` -> {name: (revision, commit)}, ``key``: where the pin goes.
     Nothing to check once ``output(wildcards)`` exists. (The job's command checks again.)"""
 
     def check(wildcards):
-        if PROFILE == "paper" and not ALLOW_UNPINNED and not Path(output(wildcards)).exists():
+        if PROFILE.pins_required and not ALLOW_UNPINNED and not Path(output(wildcards)).exists():
             stop_before_any_job(lambda: unpinned(sources(wildcards), allow=False, how=pin_hint(key(wildcards))))
         return []
 
@@ -100,6 +105,13 @@ def study_start(wildcards):
     from brorl.study.plan import arm_spec
 
     return STUDY_STARTS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
+
+
+def study_init(wildcards):
+    """The folder an arm starts from (--init; its input may be a fetched folder's manifest)."""
+    from brorl.study.plan import arm_spec
+
+    return STUDY_FOLDERS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
 
 
 def study_pool(wildcards):

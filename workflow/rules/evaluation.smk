@@ -4,6 +4,7 @@
 # vLLM on GPUs (paper profile) one job per (model, benchmark), so a cluster runs them side by side. Models: the starting checkpoint (`prorl`)
 # and every arm's final checkpoint per seed (`<arm>-seed<s>`). Results are cached in resources/eval-cache by
 # the checkpoint's content hash and the task config, so a changed model is never served stale scores.
+from brorl.evaluation.benchmarks import reads_tasks
 from brorl.data.benchmarks import benchmark_data_root
 
 EVAL = "evaluation" in config
@@ -23,7 +24,7 @@ EVAL_OUTPUTS = [f"results/eval/{model}/{bench}.json" for model in EVAL_MODELS fo
 # Reasoning Gym, generated) into results/data/benchmarks/<name>/test.jsonl; the tiny ones read the tiny tasks.
 # A gated benchmark (GPQA) goes to resources/gated/benchmarks/ instead (never DVC-tracked or pushed) unless
 # evaluation.share_gated; fetching it from the hub needs HF_TOKEN, checked while the DAG is built.
-PAPER_BENCH = [b for b in EVAL_BENCHMARKS if not b.startswith("tiny_")]
+PAPER_BENCH = [b for b in EVAL_BENCHMARKS if not reads_tasks(b)]
 SHARE_GATED = EVAL and bool(config["evaluation"].get("share_gated"))
 BENCH_FILES = {b: f"{benchmark_data_root(b, SHARE_GATED)}/{b}/test.jsonl" for b in PAPER_BENCH}
 DATA_OUTPUTS += [path for path in BENCH_FILES.values() if path.startswith("results/")]
@@ -42,12 +43,9 @@ if PAPER_BENCH:
             benchmark="|".join(PAPER_BENCH),
             bench_root="results/data/benchmarks|resources/gated/benchmarks",
         params:
-            rule_name="benchmark_data",
             cfg=lambda wildcards: as_json({"source": config["checkpoints"].get("source"), **ALLOW_UNPINNED,
                                            "revisions": {k: v for k, v in config["evaluation"].get("revisions", {}).items()
                                                          if k == wildcards.benchmark}}),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/{bench_root}/{benchmark}.log",  # logs/results/data/benchmarks/<name>.log (or .../gated/...)
         benchmark:
@@ -56,8 +54,8 @@ if PAPER_BENCH:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl prepare-benchmark --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --wildcard benchmark={wildcards.benchmark} --name {wildcards.benchmark}"
+            "brorl prepare-benchmark --rule {params.rule} --config {params.cfg:q}"
+            " --wildcard benchmark={wildcards.benchmark} --name {wildcards.benchmark}"
             " --dest {output} 2>&1 | tee {log}"
 
 EVAL_PER_MODEL = EVAL and config["evaluation"].get("backend", "hf") == "hf"
@@ -77,12 +75,9 @@ if EVAL:
             model="|".join(EVAL_MODELS) if EVAL_MODELS else "none",
             benchmark="|".join(EVAL_BENCHMARKS),
         params:
-            rule_name="evaluate",
             cfg=as_json({k: v for k, v in config["evaluation"].items() if k not in ("benchmarks", "models", "revisions")}),
             benchmarks=eval_args,
             model_dir=lambda wildcards: EVAL_MODELS[wildcards.model],
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             f"logs/eval/{EVAL_JOB}.log",
         benchmark:
@@ -92,6 +87,6 @@ if EVAL:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl evaluate --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --wildcard model={wildcards.model} --model {params.model_dir}"
+            "OMP_NUM_THREADS={threads} brorl evaluate --rule {params.rule} --config {params.cfg:q}"
+            " --wildcard model={wildcards.model} --model {params.model_dir}"
             " {params.benchmarks} --cache resources/eval-cache 2>&1 | tee {log}"

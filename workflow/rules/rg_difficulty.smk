@@ -13,11 +13,8 @@ if RG_DIFFICULTY:
             csv=RG_DIFFICULTY[0],
             tasks=RG_DIFFICULTY[1],
         params:
-            rule_name="rg_difficulty",
             cfg=as_json({k: v for k, v in config["rg_difficulty"].items() if k != "model"}),
             model=f"resources/models/{config['rg_difficulty']['model']}",
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/data/rg_difficulty.log",
         benchmark:
@@ -26,6 +23,6 @@ if RG_DIFFICULTY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl rg-difficulty --rule {params.rule_name} --profile {params.profile}"
-            " --config {params.cfg:q} --tracking {params.tracking:q} --model {params.model}"
+            "OMP_NUM_THREADS={threads} brorl rg-difficulty --rule {params.rule}"
+            " --config {params.cfg:q} --model {params.model}"
             " --csv {output.csv} --tasks-csv {output.tasks} 2>&1 | tee {log}"

@@ -8,11 +8,12 @@ from brorl.study.plan import POOLS, all_settings, arm_jobs, fresh_pool_tasks, la
 
 STUDY = "study" in config
 STUDY_CFG = config.get("study", {})
-# Tiny profile: from the ProRL stage, on the tiny tasks. Paper profile (rl.start_model): from the fetched
-# checkpoint (Snakemake waits for its manifest; `--init` reads the folder beside it), on the paper training data,
-# under `brorl launch` like train_arm, held-out p sampled (study.heldout). Tiny commands render as before.
-STUDY_STARTS = {**starts(config["rl"]), "plateau": START_INPUT} if STUDY else {}
-STUDY_POOLS = pools(config["rl"]) if STUDY else {}
+# From the arms' start (the ProRL stage, or the fetched checkpoint: Snakemake waits for its manifest, `--init` is
+# the folder beside it), on the profile's data (a fetched start: under `brorl launch` like train_arm, held-out p
+# sampled by study.heldout). STUDY_FOLDERS: the start folders (--init); STUDY_STARTS: what Snakemake waits for.
+STUDY_FOLDERS = starts(PROFILE, config["rl"]) if STUDY else {}
+STUDY_STARTS = {**STUDY_FOLDERS, "plateau": START_INPUT} if STUDY else {}
+STUDY_POOLS = pools(PROFILE) if STUDY else {}
 STUDY_HELDOUT = ({"heldout_settings": STUDY_CFG["heldout"], "heldout_cache": "resources/work/study/heldout_start"}
                  if "heldout" in STUDY_CFG else {})  # the start model's held-out p, measured once for all arms
 STUDY_JOBS = arm_jobs(config["rl"], STUDY_CFG) if STUDY else []
@@ -33,19 +34,16 @@ if STUDY and PRORL_STAGE:
         output:
             STUDY_POOL_FILES,
         params:
-            rule_name="study_pool",
             cfg=as_json(fresh_pool_tasks(config["tasks"], STUDY_CFG)),
             out=lambda w, output: os.path.dirname(output[-1]),  # results/study/data_fresh
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/study/pool.log",
         threads: 1
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule_name} --profile {params.profile}"
-            " --config {params.cfg:q} --tracking {params.tracking:q} --out {params.out} 2>&1 | tee {log}"
+            "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule}"
+            " --config {params.cfg:q} --out {params.out} 2>&1 | tee {log}"
 
 if STUDY:
 
@@ -57,10 +55,7 @@ if STUDY:
             model=directory(STUDY_STARTS["late"]),
             summary="results/study/prorl_late/summary.json",
         params:
-            rule_name="study_start",
-            cfg=as_json({"stages": [late_start_stage(config["rl"], STUDY_CFG)], "heldout": False}),
-            tracking=TRACKING,
-            profile=PROFILE,
+            cfg=as_json({"stages": [late_start_stage(PROFILE, config["rl"], STUDY_CFG)], "heldout": False}),
         log:
             "logs/study/prorl_late.log",
         benchmark:
@@ -69,8 +64,9 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule_name}} --profile {{params.profile}}"
-            " --config {params.cfg:q} --tracking {params.tracking:q} --arm prorl_late --seed 0 --init {input.model}"
+            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
+            " --config {params.cfg:q} --arm prorl_late --seed 0"
+            f" --init {STUDY_FOLDERS['plateau']}"
             f" --data {TRAIN_DATA_DIR} --work resources/work/study/prorl_late --model-out {{output.model}}"
             " --results results/study/prorl_late 2>&1 | tee {log}"
 
@@ -87,12 +83,10 @@ if STUDY:
             n=r"\d+",
             seed=r"\d+",
         params:
-            rule_name="study_arm",
             cfg=lambda w: as_json({"stages": [stage_for(config["rl"], STUDY_CFG, w.setting, int(w.n), 0)],
                                    "heldout_k": STUDY_CFG.get("heldout_k"), **STUDY_HELDOUT}),
             data=study_pool,
-            tracking=TRACKING,
-            profile=PROFILE,
+            init=study_init,
         log:
             "logs/study/{setting}/n{n}/seed{seed}.log",
         benchmark:
@@ -101,10 +95,10 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule_name}} --profile {{params.profile}}"
-            " --config {params.cfg:q} --tracking {params.tracking:q} --wildcard setting={wildcards.setting}"
+            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
+            " --config {params.cfg:q} --wildcard setting={wildcards.setting}"
             " --wildcard n={wildcards.n} --wildcard seed={wildcards.seed} --arm {wildcards.setting}-n{wildcards.n}"
-            " --seed {wildcards.seed} --init {input.model} --data {params.data}"
+            " --seed {wildcards.seed} --init {params.init} --data {params.data}"
             " --work resources/work/study/{wildcards.setting}/n{wildcards.n}/seed{wildcards.seed}"
             " --model-out {output.model} --results results/study/{wildcards.setting}/n{wildcards.n}/seed{wildcards.seed}"
             " 2>&1 | tee {log}"
@@ -121,16 +115,13 @@ if STUDY:
             saturation=report("results/study/saturation.png", category="Study",
                               caption="../report/study_saturation.rst"),  # both written beside summary.md
         params:
-            rule_name="study_summary",
             cfg=as_json({"rl": config["rl"], "study": STUDY_CFG, "order": all_settings(STUDY_CFG)}),  # JSON sorts keys
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/study/summary.log",
         threads: 1
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl study-summary --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --results results/study --md {output.md} --csv {output.csv}"
+            "brorl study-summary --rule {params.rule} --config {params.cfg:q}"
+            " --results results/study --md {output.md} --csv {output.csv}"
             " --png-delta {output.delta} --png-base {output.base} 2>&1 | tee {log}"

@@ -37,11 +37,8 @@ if TABLES_ON:
                 md=f"results/tables/{_name}.md",
                 cells=f"results/tables/{_name}_cells.csv",
             params:
-                rule_name=f"paper_{_name}",
                 name=_name,
                 cfg=TABLE_PLAN,
-                tracking=TRACKING,
-                profile=PROFILE,
             log:
                 f"logs/tables/{_name}.log",
             benchmark:
@@ -50,8 +47,8 @@ if TABLES_ON:
             conda:
                 "../envs/brorl.yaml"
             shell:
-                "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-                " --tracking {params.tracking:q} --name {params.name} --csv {output.csv} --md {output.md}"
+                "brorl paper-table --rule {params.rule} --config {params.cfg:q}"
+                " --name {params.name} --csv {output.csv} --md {output.md}"
                 " --cells {output.cells} 2>&1 | tee {log}"
 
     for _name, _title in PAPER_FIGURES.items():
@@ -66,11 +63,8 @@ if TABLES_ON:
                            labels={"figure": _name, "title": _title}),
                 csv=f"results/figures/{_name}.csv",
             params:
-                rule_name=f"paper_{_name}",
                 name=_name,
                 cfg=TABLE_PLAN,
-                tracking=TRACKING,
-                profile=PROFILE,
             log:
                 f"logs/tables/{_name}.log",
             benchmark:
@@ -79,8 +73,8 @@ if TABLES_ON:
             conda:
                 "../envs/brorl.yaml"
             shell:
-                "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-                " --tracking {params.tracking:q} --name {params.name} --png {output.png} --csv {output.csv} 2>&1 | tee {log}"
+                "brorl paper-table --rule {params.rule} --config {params.cfg:q}"
+                " --name {params.name} --png {output.png} --csv {output.csv} 2>&1 | tee {log}"
 
     rule paper_figure3:
         input:
@@ -88,10 +82,7 @@ if TABLES_ON:
         output:
             report("results/figures/figure3.png", category="Paper tables", caption="../report/paper_figure3.rst"),
         params:
-            rule_name="paper_figure3",
             cfg=TABLE_PLAN,
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/tables/figure3.log",
         benchmark:
@@ -100,27 +91,24 @@ if TABLES_ON:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl paper-table --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --name figure3 --source {input} --png {output} 2>&1 | tee {log}"
+            "brorl paper-table --rule {params.rule} --config {params.cfg:q}"
+            " --name figure3 --source {input} --png {output} 2>&1 | tee {log}"
 
-THROUGHPUT = "throughput" in config and (PRORL_STAGE or "prorl" in FETCH)
+THROUGHPUT = "throughput" in config and TRAIN  # on the arms' start model (START_MODEL: training.smk)
 THROUGHPUT_OUTPUTS = ["results/tables/throughput.csv", "results/tables/throughput.md",
                       "results/figures/throughput.png"] if THROUGHPUT else []
 if THROUGHPUT:
 
     rule throughput_study:
-        # The starting checkpoint: trained here (tiny) or fetched (paper; its manifest stands for the folder).
+        # The starting checkpoint: trained here or fetched (its manifest stands for the folder).
         input:
-            "resources/models/prorl" if PRORL_STAGE else "resources/models/prorl.manifest.json",
+            START_INPUT,
         output:
             csv="results/tables/throughput.csv",
             md="results/tables/throughput.md",
             png=report("results/figures/throughput.png", category="Paper tables", caption="../report/throughput.rst"),
         params:
-            rule_name="throughput_study",
             cfg=as_json(config.get("throughput", {})),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/tables/throughput.log",
         benchmark:
@@ -130,6 +118,6 @@ if THROUGHPUT:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl throughput --rule {{params.rule_name}} --profile {{params.profile}}"
-            " --config {params.cfg:q} --tracking {params.tracking:q} --model resources/models/prorl"
+            f"{ALL_CORES}brorl throughput --rule {{params.rule}}"
+            f" --config {{params.cfg:q}} --model {START_MODEL}"
             " --csv {output.csv} --md {output.md} --png {output.png} 2>&1 | tee {log}"

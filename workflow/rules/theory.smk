@@ -17,9 +17,6 @@ rule theory_simulation:
         csv="results/theory/simulation.csv",
     params:
         cfg=as_json(config["theory"]["simulation"]),
-        rule_name="theory_simulation",
-        tracking=TRACKING,
-        profile=PROFILE,
     log:
         "logs/theory/simulation.log",
     benchmark:
@@ -29,8 +26,8 @@ rule theory_simulation:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} brorl theory-simulate --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-        " --tracking {params.tracking:q} --csv {output.csv} 2>&1 | tee {log}"
+        "OMP_NUM_THREADS={threads} brorl theory-simulate --rule {params.rule} --config {params.cfg:q}"
+        " --csv {output.csv} 2>&1 | tee {log}"
 
 
 rule theory_figure3:
@@ -55,9 +52,6 @@ rule theory_figure3:
                 "summary_steps": config["theory"]["summary_steps"],
             }
         ),
-        rule_name="theory_figure3",
-        tracking=TRACKING,
-        profile=PROFILE,
     log:
         "logs/theory/figure3.log",
     benchmark:
@@ -67,8 +61,8 @@ rule theory_figure3:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} brorl theory-figure3 --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-        " --tracking {params.tracking:q} --csv {input.csv} --figure {output.figure}"
+        "OMP_NUM_THREADS={threads} brorl theory-figure3 --rule {params.rule} --config {params.cfg:q}"
+        " --csv {input.csv} --figure {output.figure}"
         " --summary-md {output.summary_md} --summary-csv {output.summary_csv} 2>&1 | tee {log}"
 
 
@@ -92,9 +86,6 @@ rule theory_extended_sweep:
                 "extended_sweep": config["theory"]["extended_sweep"],
             }
         ),
-        rule_name="theory_extended_sweep",
-        tracking=TRACKING,
-        profile=PROFILE,
     log:
         "logs/theory/extended_sweep.log",
     benchmark:
@@ -104,6 +95,6 @@ rule theory_extended_sweep:
     conda:
         "../envs/brorl.yaml"
     shell:
-        "OMP_NUM_THREADS={threads} brorl theory-sweep --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-        " --tracking {params.tracking:q} --csv {output.csv} --md {output.md} --png {output.png}"
+        "OMP_NUM_THREADS={threads} brorl theory-sweep --rule {params.rule} --config {params.cfg:q}"
+        " --csv {output.csv} --md {output.md} --png {output.png}"
         " 2>&1 | tee {log}"

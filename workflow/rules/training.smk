@@ -1,15 +1,15 @@
-# RL training. Tiny profile (`rl.prorl`): the ProRL saturation stage from the SFT model at N=16 (until the
-# plateau rule fires), then the arms n<N> and the chained `schedule` arm from it, on the tiny tasks. Paper
-# profile (`rl.start_model`, no `rl.prorl`): the arms start from a fetched checkpoint and train on the paper
-# data (train_data rule, brorl.data.training), their processes started by `brorl launch` (accelerate,
-# one node or SLURM) with the config of `rl.launch`. Every arm gets the same generated-sample budget, over the
-# configured seeds. Stage work folders (resumable checkpoints) live in resources/work/ and survive a killed
-# job: rerunning the same `snakemake` command resumes there (profiles: rerun-incomplete).
+# RL training. A profile that trains its start (profile.start: trained): the ProRL saturation stage from the SFT
+# model at N=16 (until the plateau rule fires), then the arms n<N> and the chained `schedule` arm from it, on the
+# tiny tasks. A fetched start (profile.start: fetched, rl.start_model): the arms start from a fetched checkpoint
+# and train on the paper data (profile.data: paper; train_data rule, brorl.data.training), their processes
+# started by `brorl launch` (accelerate, one node or SLURM) with the config of `rl.launch`. Every arm gets the
+# same generated-sample budget, over the configured seeds. Stage work folders (resumable checkpoints) live in
+# resources/work/ and survive a killed job: rerunning the same `snakemake` command resumes there.
 from brorl.training.arms import plan, stage_config
 from brorl.data.training import TrainDataSettings, hub_revisions
 
 TRAIN = "rl" in config
-PRORL_STAGE = TRAIN and "prorl" in config["rl"]  # else: the arms start from rl.start_model (fetched)
+PRORL_STAGE = TRAIN and TRAINED  # the ProRL stage runs here (else: the arms start from rl.start_model, fetched)
 ARMS = list(plan(config["rl"])) if TRAIN else []
 SEEDS = config["rl"]["arms"]["seeds"] if TRAIN else []
 ARM_RESULTS = [f"results/train/{arm}/seed{seed}" for arm in ARMS for seed in SEEDS]
@@ -20,25 +20,24 @@ TRAIN_OUTPUTS = TRAIN_SUMMARY + DIFFICULTY_PRORL
 ARM_RESULTS_FILES = [f"{folder}/{name}" for folder in ARM_RESULTS for name in ("metrics.csv", "summary.json")] + (
     ["results/train/prorl/metrics.csv", "results/train/prorl/summary.json"] if PRORL_STAGE else [])
 # The arms' start model (the folder the stage reads) and what Snakemake waits for (a fetched folder's manifest).
-START_MODEL = "resources/models/prorl" if PRORL_STAGE else (
-    f"resources/models/{config['rl']['start_model']}" if TRAIN else None)
+START_MODEL = PROFILE.start_model(config["rl"]) if TRAIN else None
 START_INPUT = START_MODEL if PRORL_STAGE else f"{START_MODEL}.manifest.json"
-TRAIN_DATA_DIR = "results/data" if PRORL_STAGE else "results/data/rl"
+TRAIN_DATA_DIR = SOURCE.data_dir
 PAPER_TRAIN_DATA = (
     [f"results/data/rl/{source}/{split}.jsonl" for source in TrainDataSettings.from_dict(config["rl"]["data"]).sources
      for split in ("train", "validation")] + ["results/data/rl/train_data.json"]
-    if TRAIN and not PRORL_STAGE else []
+    if TRAIN and SOURCE.kind == "paper" else []
 )
-TRAIN_DATA_FILES = TASK_FILES if PRORL_STAGE else PAPER_TRAIN_DATA
-# Paper profile: train_arm's processes through `brorl launch` (accelerate; srun per node under SLURM).
+TRAIN_DATA_FILES = TASK_FILES + PAPER_TRAIN_DATA  # the files of the profile's data source kind
+# A fetched start: train_arm's processes through `brorl launch` (accelerate; srun per node under SLURM).
 ACCELERATE_CONFIG = config["rl"].get("launch", {}).get("accelerate_config", "fsdp2") if TRAIN else None
-# The tiny arms read the ProRL stage's folder (an input); the paper arms run under `brorl launch` from the fetched
-# checkpoint (its manifest is the input). The tiny command is unchanged, so existing tiny runs are not redone.
+# A trained start: the arms read the ProRL stage's folder (an input); a fetched one: they run under `brorl launch`
+# from the fetched checkpoint (its manifest is the input, the folder beside it is --init).
 ARM_LAUNCH = "" if PRORL_STAGE else f"brorl launch --accelerate-config {ACCELERATE_CONFIG} -- "
 ARM_INIT = "{input.model}" if PRORL_STAGE else START_MODEL
 TRAIN_ARM_SHELL = (
-    f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule_name}} --profile {{params.profile}}"
-    " --config {params.cfg:q} --tracking {params.tracking:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
+    f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
+    " --config {params.cfg:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
     f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {ARM_INIT} --data {TRAIN_DATA_DIR}"
     " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
     " --results results/train/{wildcards.arm}/seed{wildcards.seed} 2>&1 | tee {log}"
@@ -59,10 +58,7 @@ if PAPER_TRAIN_DATA:
         output:
             PAPER_TRAIN_DATA,
         params:
-            rule_name="train_data",
             cfg=as_json({"data": config["rl"]["data"], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/data/train_data.log",
         benchmark:
@@ -71,8 +67,8 @@ if PAPER_TRAIN_DATA:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl train-data --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --out results/data/rl --cache resources/data/rl 2>&1 | tee {log}"
+            "brorl train-data --rule {params.rule} --config {params.cfg:q}"
+            " --out results/data/rl --cache resources/data/rl 2>&1 | tee {log}"
 
 if PRORL_STAGE:
 
@@ -85,10 +81,7 @@ if PRORL_STAGE:
             metrics="results/train/prorl/metrics.csv",
             summary="results/train/prorl/summary.json",
         params:
-            rule_name="prorl_stage",
             cfg=as_json(stage_config(config["rl"], "prorl")),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/train/prorl.log",
         benchmark:
@@ -98,8 +91,8 @@ if PRORL_STAGE:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl train-arm --rule {{params.rule_name}} --profile {{params.profile}} --config {{params.cfg:q}}"
-            " --tracking {params.tracking:q} --arm prorl --init {input.model} --data results/data"
+            f"{ALL_CORES}brorl train-arm --rule {{params.rule}} --config {{params.cfg:q}}"
+            " --arm prorl --init {input.model} --data results/data"
             " --work resources/work/prorl --model-out {output.model} --results results/train/prorl 2>&1 | tee {log}"
 
 if TRAIN:
@@ -117,10 +110,7 @@ if TRAIN:
             arm="|".join(ARMS),
             seed=r"\d+",
         params:
-            rule_name="train_arm",
             cfg=lambda wildcards: as_json(stage_config(config["rl"], wildcards.arm)),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/train/{arm}/seed{seed}.log",
         benchmark:
@@ -141,10 +131,7 @@ if TRAIN:
             csv="results/train/summary.csv",
             png=report("results/train/summary.png", category="Training", caption="../report/train_summary.rst"),
         params:
-            rule_name="train_summary",
             cfg=as_json(config["rl"]),
-            tracking=TRACKING,
-            profile=PROFILE,
         log:
             "logs/train/summary.log",
         benchmark:
@@ -153,10 +140,10 @@ if TRAIN:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "brorl train-summary --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --results results/train --prorl results/train/prorl"
+            "brorl train-summary --rule {params.rule} --config {params.cfg:q}"
+            " --results results/train --prorl results/train/prorl"
             " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"
             if PRORL_STAGE else
-            "brorl train-summary --rule {params.rule_name} --profile {params.profile} --config {params.cfg:q}"
-            " --tracking {params.tracking:q} --results results/train"
+            "brorl train-summary --rule {params.rule} --config {params.cfg:q}"
+            " --results results/train"
             " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

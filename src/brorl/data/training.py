@@ -99,11 +99,6 @@ def hub_revisions(settings: TrainDataSettings) -> dict[str, tuple[str, None]]:
             if not TRAIN_SOURCES[name].generated}
 
 
-def is_paper_data(data_dir: str | os.PathLike[str]) -> bool:
-    """Whether ``data_dir`` holds paper training data (its marker file) rather than the tiny tasks."""
-    return (Path(data_dir) / MARKER).is_file()
-
-
 def is_paper_record(record: Mapping) -> bool:
     return record.get("reward") in REWARD_KINDS
 
@@ -227,5 +222,5 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
 
 
 __all__ = ["TrainDataSettings", "prepare_train_data", "paper_rewards",
-           "make_paper_reward", "hub_revisions", "is_paper_data", "is_paper_record", "split_records",
+           "make_paper_reward", "hub_revisions", "is_paper_record", "split_records",
            "training_record", "MARKER"]

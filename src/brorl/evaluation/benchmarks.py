@@ -52,6 +52,9 @@ class Benchmark:
     default_temperature: float = 1.0
     apply_chat_template: bool = True
     description: str = ""
+    source: str = "benchmark"
+    """Where its problems come from: ``tasks`` = the tiny tasks' test splits (profile.data: tasks; brorl.profile);
+    ``benchmark`` = its own JSONL (brorl.data.benchmarks: fetched or generated)."""
     extra: dict = field(default_factory=dict)
     """Free-form facts a later module may need (e.g. the paper's reported numbers); not hashed."""
 
@@ -97,6 +100,11 @@ def benchmark_names() -> list[str]:
     return sorted(BENCHMARKS)
 
 
+def reads_tasks(name: str) -> bool:
+    """Whether a benchmark reads the tiny tasks' test splits (its declared ``source``)."""
+    return get_benchmark(name).source == "tasks"
+
+
 # ------------------------------------------------------------------------------------------------ tiny profile
 
 def _tiny_benchmark(family: str) -> Benchmark:
@@ -113,7 +121,7 @@ def _tiny_benchmark(family: str) -> Benchmark:
                      code=(task_core.strip_completion, task_core.verify, task_core.format_prompt),
                      prompt_of=task_core.format_prompt, category_field="task", default_k=tiny.DEFAULT_K,
                      default_temperature=tiny.DEFAULT_TEMPERATURE, apply_chat_template=True,
-                     description=f"tiny profile: the {family!r} family's test split")
+                     description=f"tiny profile: the {family!r} family's test split", source="tasks")
 
 
 for _family in tiny.TINY_FAMILIES:

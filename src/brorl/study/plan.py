@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import math
 
+from brorl.profile import Profile
+
 BASE = "base"
 POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh"}
 STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
@@ -57,22 +59,17 @@ LR_KEYS = ("lr_rule", "eta0", "b0")
 TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample steps
 
 
-def is_tiny(rl: dict) -> bool:
-    """The tiny profile trains its own ProRL stage (``rl.prorl``); the paper profile starts from a fetched
-    checkpoint (``rl.start_model``) and trains on the paper data."""
-    return "prorl" in rl
+def pools(profile: Profile) -> dict[str, str]:
+    """Prompt pools by name: the profile's training data (``fixed``: its data source's folder) and, on the tiny
+    tasks, a large generated pool (``fresh``)."""
+    fixed = {"fixed": profile.source.data_dir}
+    return {**fixed, "fresh": POOLS["fresh"]} if profile.data == "tasks" else fixed
 
 
-def pools(rl: dict) -> dict[str, str]:
-    """Prompt pools by name: the tiny tasks (``fixed``) and a large generated pool (``fresh``); the paper
-    profile has one, its training data (``results/data/rl``, the train_data rule)."""
-    return POOLS if is_tiny(rl) else {"fixed": "results/data/rl"}
-
-
-def starts(rl: dict) -> dict[str, str]:
-    """Start models by name: ``plateau`` (the ProRL stage; paper: the fetched ProRLv2 checkpoint) and ``late``
+def starts(profile: Profile, rl: dict) -> dict[str, str]:
+    """Start models by name: ``plateau`` (the arms' start: the ProRL stage, or the fetched checkpoint) and ``late``
     (``late_start_steps`` more N=16 steps from it, the study_start rule)."""
-    return STARTS if is_tiny(rl) else {"plateau": f"resources/models/{rl['start_model']}", "late": STARTS["late"]}
+    return {"plateau": profile.start_model(rl), "late": STARTS["late"]}
 
 
 def reference_n(study: dict) -> int:
@@ -166,13 +163,13 @@ def stage_for(rl: dict, study: dict, setting: str, n: int, seed: int) -> dict:
     return {**arm_spec(rl, study, setting, n)["stage"], "seed": seed}
 
 
-def late_start_stage(rl: dict, study: dict) -> dict:
+def late_start_stage(profile: Profile, rl: dict, study: dict) -> dict:
     """The later start: the ProRL stage's settings continued ``late_start_steps`` more steps (no plateau stop).
     Paper profile (no ProRL stage here): the recipe at the reference N with its ``rl.arms`` batch (ProRL's
     16 x 512 [paper Table 1])."""
     from brorl.training.arms import prorl_settings
 
-    if is_tiny(rl):
+    if profile.trains_start:
         return {**prorl_settings(rl), "steps": study["late_start_steps"], "plateau_window": 0,
                 "plateau_delta": 0.0, "sample_budget": 0}
     ref = reference_n(study)
@@ -201,6 +198,7 @@ def study_errors(config: dict) -> list[str]:
     from brorl.training.settings import RLSettings
 
     study, rl = config.get("study") or {}, config.get("rl") or {}
+    profile = Profile.from_config(config)
     errors = []
     if not study:
         return errors
@@ -232,12 +230,13 @@ def study_errors(config: dict) -> list[str]:
         if setting == BASE and len(ax["ns"]) < 2:
             errors.append("study.ns: needs the reference N (the smallest) and at least one larger N [rule: two N]")
             continue
-        if ax.get("pool", "fixed") not in pools(rl):
-            why = "" if is_tiny(rl) else " (the paper profile's pool is its training data; `fresh` generates tiny tasks)"
-            errors.append(f"{where}.pool: {ax['pool']!r} is not one of {', '.join(pools(rl))}{why} [rule: study pools]")
+        if ax.get("pool", "fixed") not in pools(profile):
+            why = "" if profile.data == "tasks" else (f" (profile.data: {profile.data}: the pool is its training data;"
+                                                     " `fresh` generates tiny tasks)")
+            errors.append(f"{where}.pool: {ax['pool']!r} is not one of {', '.join(pools(profile))}{why} [rule: study pools]")
             continue
-        if ax.get("start", "plateau") not in starts(rl):
-            errors.append(f"{where}.start: {ax['start']!r} is not one of {', '.join(starts(rl))} [rule: study starts]")
+        if ax.get("start", "plateau") not in starts(profile, rl):
+            errors.append(f"{where}.start: {ax['start']!r} is not one of {', '.join(starts(profile, rl))} [rule: study starts]")
             continue
         for k in (ax.get("prompts_per_step") or {}):
             if int(k) not in ax["ns"]:
@@ -255,12 +254,12 @@ def study_errors(config: dict) -> list[str]:
     h = heldout_settings(rl, study)
     if h["mode"] not in ("exact", "sampled"):
         errors.append(f"study.heldout.mode: {h['mode']!r} is not one of exact, sampled [rule: heldout modes]")
-    elif h["mode"] == "exact" and not is_tiny(rl):
-        errors.append("study.heldout.mode: exact needs enumerable answers (the tiny tasks); the paper profile "
-                      "takes `sampled` [rule: exact held-out is tiny-only]")
-    if not is_tiny(rl) and not h["max_tokens"]:
-        errors.append("study.heldout.max_tokens: the paper profile needs a completion length (0 = the tiny tasks' "
-                      "answer length) [rule: paper max_tokens]")
+    elif h["mode"] == "exact" and not profile.source.exact_heldout:
+        errors.append(f"study.heldout.mode: exact needs enumerable answers (the tiny tasks); profile.data: "
+                      f"{profile.data} takes `sampled` [rule: exact held-out is tiny-only]")
+    if not profile.source.exact_heldout and not h["max_tokens"]:
+        errors.append(f"study.heldout.max_tokens: profile.data: {profile.data} needs a completion length (0 = the "
+                      "tiny tasks' answer length) [rule: paper max_tokens]")
     if h["engine"] not in ("hf", "vllm"):
         errors.append(f"study.heldout.engine: {h['engine']!r} is not one of hf, vllm [rule: heldout engines]")
     if h["mode"] == "sampled" and max(study.get("heldout_k") or [1]) > h["samples"]:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from brorl.study.heldout import BINS
-from brorl.study.plan import BASE, all_settings, budget_settings, arm_spec, family, is_tiny, reference_n, study_plan
+from brorl.study.plan import BASE, all_settings, budget_settings, arm_spec, family, reference_n, study_plan
 from brorl.training.report import paired
 
 ALPHA = 0.05
@@ -123,10 +123,11 @@ def _describe(setting: str, rl: dict, study: dict, n: int) -> str:
 
 
 def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_delta, png_base,
-                  order: list[str] | None = None) -> dict:
+                  order: list[str] | None = None, profile: str | None = None) -> dict:
     """Every included setting's verdict, the factorial, the premise test and the budget trend; figures beside
     ``md_path``: ``budget.png`` (Δ against total samples) and ``saturation.png`` (continued N=16). ``order``: the
-    settings in config order (which setting's arm is reused depends on it; JSON on the command line sorts keys)."""
+    settings in config order (which setting's arm is reused depends on it; JSON on the command line sorts keys).
+    ``profile``: the profile's name, for the title."""
     if order:
         study = {**study, "ablations": {k: study["ablations"][k] for k in order if k in study.get("ablations", {})}}
     results = Path(results_dir)
@@ -173,7 +174,8 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
     _budget_figure(study, verdicts, out / "budget.png")
     _saturation_figure(premise, out / "saturation.png")
-    Path(md_path).write_text(_markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise))
+    Path(md_path).write_text(_markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise,
+                                             profile))
     return verdicts
 
 
@@ -267,7 +269,7 @@ def _test_cells(v) -> str:
     return f"{v['delta']:+.4f} | {v['t']:.2f} | {_p(v['p_two_sided'])} | {_seeds(v['seed_deltas'])}"
 
 
-def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise) -> str:
+def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile) -> str:
     n_seeds = len(study["seeds"])
     ref_n = reference_n(study)
     first = next(iter(plan))
@@ -279,7 +281,7 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
            f"Held-out p per prompt is estimated from completions scored by the training reward ({estimate}; "
            "pass@k: the unbiased estimator; `brorl.study.heldout`).")
     lines = [
-        f"# The N-scaling study ({'tiny' if is_tiny(rl) else 'paper'} profile)", "",
+        "# The N-scaling study" + (f" ({profile} profile)" if profile else ""), "",
         f"From the ProRL checkpoint (held-out mean@k {start_all:.4f}), N={ref_n} against larger N at equal generated "
         f"samples in total; {n_seeds} seeds configured; one generation round per step (dynamic sampling filters, no refill). "
         "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",

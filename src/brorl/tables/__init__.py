@@ -10,7 +10,7 @@ Tables: ``table1`` ... ``table5`` (BroRL Tables 1-5) and ``ttest`` (the paired t
 """
 
 from brorl.tables.build import TABLES, build_table, make_table
-from brorl.tables.figures import FIGURES, build_figure
+from brorl.tables.figures import FIGURES, build_figure, file_theory_figure
 from brorl.tables.plan import Plan
 from brorl.tables.reference import load_reference, paper_row
 from brorl.tables.store import RunStore
@@ -34,5 +34,5 @@ def build_all(*, tracking_uri: str, experiment: str, profile: str, tables_dir="r
     return out
 
 
-__all__ = ["TABLES", "FIGURES", "Plan", "RunStore", "build_all", "build_figure", "build_table", "load_reference",
-           "make_table", "paper_row"]
+__all__ = ["TABLES", "FIGURES", "Plan", "RunStore", "build_all", "build_figure", "build_table", "file_theory_figure",
+           "load_reference", "make_table", "paper_row"]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from brorl.tables.plan import CODE, MATH, REASONING_GYM, RG_CATEGORIES, TINY, Plan, arm_n
+from brorl.tables.plan import CODE, MATH, REASONING_GYM, RG_CATEGORIES, TINY, Plan
+from brorl.training.arms import arm_of
 from brorl.tables.reference import load_reference
 from brorl.tables.render import (Cell, Row, Table, fmt_fixed, fmt_hours, fmt_int, fmt_sci, gap, join_gaps,
                                  over_seeds, text)
@@ -53,9 +54,8 @@ class Builder:
                        else "Baseline (ProRLv2 checkpoint, fetched)", ["prorl"], ["-"])]
         base = p.base_arm
         for arm in p.arms:
-            n = arm_n(arm)
-            method = "schedule" if n is None else "ProRL" if arm == base else "BroRL"
-            out.append(Subject("arm", arm, f"{method} {arm}" if n is not None else "schedule",
+            a = arm_of(arm)  # a batch arm: ProRL (the smallest N) or BroRL at its N; another kind: its kind
+            out.append(Subject("arm", arm, a.kind if a.n is None else f"{'ProRL' if arm == base else 'BroRL'} {arm}",
                                [model_name(arm, s) for s in p.seeds], list(p.seeds)))
         if not trained_only:
             for m in p.extra_models:
@@ -89,7 +89,7 @@ class Builder:
 
     # ------------------------------------------------------------------ training cells
     def absent(self, family: str) -> str:
-        if family == "code" and self.profile not in ("tiny", "ci"):
+        if family == "code" and self.plan.data != "tasks":  # the tiny tasks have no code family
             return f"not evaluated: no code evaluation in the {self.profile} profile yet"
         return f"not in the {self.profile} profile"
 
@@ -331,8 +331,7 @@ class Builder:
             return result
         b_inst, b_runs, b_gaps = self.arm_instances(subs[base])
         for arm in self.plan.arms:
-            n = arm_n(arm)
-            if n is None or arm == base:
+            if arm_of(arm).n is None or arm == base:
                 continue
             a_inst, a_runs, a_gaps = self.arm_instances(subs[arm])
             comp = {"arm": arm, "base": base, "runs": tuple(a_runs + b_runs), "seeds": len(subs[arm].seeds)}
@@ -448,7 +447,7 @@ def build_table(name: str, *, tracking_uri: str, experiment: str, profile: str, 
     the store). Returns ``{"metrics": {name: float}, "run_ids": [...], "gaps": [...], "outputs": [...]}``
     (``"best_arm"`` too for the t-test)."""
     if isinstance(plan, dict):
-        plan = Plan.from_config({**plan, "profile": profile})
+        plan = Plan.from_config(plan)
     store = RunStore(tracking_uri, experiment, profile)
     try:
         table, builder = make_table(name, store, plan)

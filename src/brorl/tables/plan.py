@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from brorl.data.catalog import BENCHMARK_NAMES, RG_CATEGORIES  # noqa: F401 -- RG_CATEGORIES: Table 5's columns
 from brorl.data.catalog import CODE_BENCHMARK_NAMES as CODE
 from brorl.data.catalog import MATH_BENCHMARKS as MATH
+from brorl.training.arms import ARM_NAME, arm_of, arm_plan
 
 REASONING_GYM = "reasoning_gym"
 TINY = ("tiny_add", "tiny_multiple")
@@ -26,37 +27,28 @@ DEFAULT_BENCHMARKS = {
     "small": [REASONING_GYM],
 }
 
-_ARM_MODEL = re.compile(r"(n\d+|schedule)-seed(\d+)")
-
-
-def arm_order(arm: str):
-    m = re.fullmatch(r"n(\d+)", arm)
-    return (0, int(m.group(1))) if m else (1, 0)
-
-
-def arm_n(arm: str) -> int | None:
-    m = re.fullmatch(r"n(\d+)", arm)
-    return int(m.group(1)) if m else None
+_ARM_MODEL = re.compile(rf"({ARM_NAME})-seed(\d+)")
 
 
 @dataclass
 class Plan:
     profile: str
-    arms: list[str] = field(default_factory=list)       # n16, n64, ..., schedule
+    arms: list[str] = field(default_factory=list)       # arm names (brorl.training.arms): n16, ..., schedule
     seeds: list[str] = field(default_factory=list)      # "0", "1"
     benchmarks: list[str] = field(default_factory=list)
     extra_models: list[str] = field(default_factory=list)  # evaluated checkpoints not trained here
     train_prorl: bool = True                             # False: the ProRL checkpoint is fetched
+    data: str = "tasks"                                  # the profile's data source kind (brorl.profile)
 
     def __post_init__(self):
-        self.arms = sorted(dict.fromkeys(self.arms), key=arm_order)
+        self.arms = sorted(dict.fromkeys(self.arms), key=lambda a: arm_of(a).order)
         self.seeds = sorted(dict.fromkeys(str(s) for s in self.seeds), key=int)
         self.benchmarks = list(dict.fromkeys(self.benchmarks))
 
     @property
     def base_arm(self) -> str | None:
         """The smallest-N arm: the ProRL continuation (n16) every larger N is compared with."""
-        ns = [a for a in self.arms if arm_n(a) is not None]
+        ns = [a for a in self.arms if arm_of(a).n is not None]
         return ns[0] if ns else None
 
     def has(self, benchmarks) -> list[str]:
@@ -64,13 +56,14 @@ class Plan:
 
     @classmethod
     def from_config(cls, config: dict) -> "Plan":
-        """From the pipeline's config (``profile``, ``rl.arms``, ``rl.prorl``, optional ``evaluation``)."""
-        profile = config.get("profile", "tiny")
+        """From the pipeline's config (the ``profile`` block, ``rl.arms``, optional ``evaluation``)."""
+        from brorl.profile import Profile
+
+        declared = Profile.from_config(config)
+        profile = declared.name
         rl = config.get("rl") or {}
         arms_cfg = rl.get("arms") or {}
-        arms = [f"n{b['n_rollouts']}" for b in arms_cfg.get("batches", [])]
-        if arms_cfg.get("schedule"):
-            arms.append("schedule")
+        arms = list(arm_plan(rl))
         ev = config.get("evaluation") or {}
         benchmarks = ev.get("benchmarks") or DEFAULT_BENCHMARKS.get(profile, list(TINY))
         if ev.get("models") is not None:
@@ -78,7 +71,7 @@ class Plan:
         else:
             extra = [m for m in ((config.get("checkpoints") or {}).get("fetch") or {}) if m != "prorl"]
         return cls(profile=profile, arms=arms, seeds=arms_cfg.get("seeds", []), benchmarks=list(benchmarks),
-                   extra_models=extra, train_prorl="prorl" in rl)
+                   extra_models=extra, train_prorl=declared.trains_start, data=declared.data)
 
     @classmethod
     def infer(cls, store) -> "Plan":
@@ -105,6 +98,6 @@ class Plan:
             benchmarks = DEFAULT_BENCHMARKS.get(store.profile, list(TINY))
         order = {b: i for i, b in enumerate([*MATH, *CODE, *OTHER, REASONING_GYM, *TINY])}
         benchmarks = sorted(set(benchmarks), key=lambda b: (order.get(b, len(order)), b))
-        train_prorl = store.profile not in ("paper", "small") or any(r.rule == RULE_PRORL for r in recs)
         return cls(profile=store.profile, arms=arms, seeds=seeds, benchmarks=benchmarks,
-                   extra_models=sorted(set(extra)), train_prorl=train_prorl)
+                   extra_models=sorted(set(extra)), train_prorl=any(r.rule == RULE_PRORL for r in recs),
+                   data="tasks" if any(b in TINY for b in benchmarks) else "paper")

@@ -14,7 +14,10 @@ Config (``rl`` section, see ``config/config.yaml``)::
         schedule: [16, 512]  # the chained arm: one stage per N (geometry of the n<N> arm), equal budget shares
         settings: {}         # RLSettings for every arm stage (on top of the recipe)
 
-:func:`plan` turns this into ``{arm name: [stage settings dict, ...]}``; :func:`run_arm` runs the stages of
+:func:`arm_plan` turns this, once, into ``{arm name: Arm}`` (an :class:`Arm` carries its kind, its N per stage
+and its stage settings) that the rules, the training report and the tables read; :func:`plan` gives the stages
+per arm for one seed. An arm kind (``batch``: one stage ``n<N>``; ``schedule``: the chained arm) lives only here
+and in the schema; :func:`run_arm` runs the stages of
 one arm and seed (each stage is a resumable :func:`brorl.training.stage.train_stage` in a work folder that
 survives a killed job), chains them (stage k+1 starts from stage k's policy: the reference reset), and writes
 the arm's outputs: the final HF folder, ``metrics.csv`` over all stages, ``probe.npz`` (exact per-prompt
@@ -28,7 +31,9 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +44,43 @@ ARM_COLUMNS = ("arm", "seed", "stage", "stage_n_rollouts", "arm_step", "arm_gene
                "arm_wall_time_s")
 
 
+ARM_KINDS = ("batch", "schedule")
+ARM_NAME = r"n\d+|schedule"
+"""The names :func:`arm_plan` gives (``n<N>`` for a batch arm), as a regular expression (e.g. model names
+``<arm>-seed<s>`` in the tables)."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One training arm: its name, kind (:data:`ARM_KINDS`), N of each stage and stage settings (seed left out;
+    empty for an arm known only by its name, :func:`arm_of`)."""
+
+    name: str
+    kind: str
+    n_rollouts: tuple[int, ...]
+    stages: tuple[dict, ...] = ()
+
+    @property
+    def n(self) -> int | None:
+        """The arm's one N (a batch arm); None for an arm whose N changes (the schedule)."""
+        return self.n_rollouts[0] if self.kind == "batch" else None
+
+    @property
+    def order(self) -> tuple:
+        """Batch arms by N, then the others."""
+        return (0, self.n) if self.n is not None else (1, 0)
+
+
 def arm_name(n_rollouts: int) -> str:
     return f"n{n_rollouts}"
+
+
+def arm_of(name: str) -> Arm:
+    """An arm known only by its name (a results folder, an MLflow run's wildcard): its kind and N."""
+    m = re.fullmatch(r"n(\d+)", name)
+    if m:
+        return Arm(name, "batch", (int(m.group(1)),))
+    return Arm(name, "schedule" if name == "schedule" else "other", ())
 
 
 def prorl_settings(rl: dict) -> dict:
@@ -48,23 +88,31 @@ def prorl_settings(rl: dict) -> dict:
     return {**rl.get("recipe", {}), **rl.get("prorl", {})}
 
 
-def plan(rl: dict, seed: int | None = None) -> dict[str, list[dict]]:
-    """``{arm: [stage settings, ...]}`` for one seed (``seed=None``: the seed key is left out)."""
+def arm_plan(rl: dict) -> dict[str, Arm]:
+    """Every arm of ``rl.arms`` (``batches``: one batch arm each; ``schedule``: the chained arm, equal budget
+    shares), with its stage settings (seed left out)."""
     arms = rl.get("arms", {})
     base = {**rl.get("recipe", {}), **arms.get("settings", {})}
     budget = arms.get("sample_budget", 0)
-    extra = {} if seed is None else {"seed": seed}
-    out: dict[str, list[dict]] = {}
+    out: dict[str, Arm] = {}
     by_n = {}
     for batch in arms.get("batches", []):
         by_n[batch["n_rollouts"]] = batch
-        out[arm_name(batch["n_rollouts"])] = [{**base, **batch, "sample_budget": budget, "steps": 0, **extra}]
+        out[arm_name(batch["n_rollouts"])] = Arm(arm_name(batch["n_rollouts"]), "batch", (batch["n_rollouts"],),
+                                                 ({**base, **batch, "sample_budget": budget, "steps": 0},))
     schedule = arms.get("schedule", [])
     if schedule:
         share = budget // len(schedule)
-        out["schedule"] = [{**base, **by_n.get(n, {"n_rollouts": n}), "sample_budget": share, "steps": 0, **extra}
-                           for n in schedule]
+        out["schedule"] = Arm("schedule", "schedule", tuple(schedule),
+                              tuple({**base, **by_n.get(n, {"n_rollouts": n}), "sample_budget": share, "steps": 0}
+                                    for n in schedule))
     return out
+
+
+def plan(rl: dict, seed: int | None = None) -> dict[str, list[dict]]:
+    """``{arm: [stage settings, ...]}`` for one seed (``seed=None``: the seed key is left out)."""
+    extra = {} if seed is None else {"seed": seed}
+    return {name: [{**stage, **extra} for stage in arm.stages] for name, arm in arm_plan(rl).items()}
 
 
 def stage_config(rl: dict, arm: str) -> dict:
@@ -75,16 +123,18 @@ def stage_config(rl: dict, arm: str) -> dict:
     if arm == "prorl":
         return {"recipe": rl.get("recipe", {}), "prorl": rl.get("prorl", {})}
     arms = rl.get("arms", {})
-    schedule = arms.get("schedule", []) if arm == "schedule" else []
-    ns = set(schedule) if arm == "schedule" else {int(arm[1:])} if arm[1:].isdigit() else set()
+    the_arm = arm_plan(rl).get(arm)
+    ns = set(the_arm.n_rollouts) if the_arm else set()
+    schedule = arms.get("schedule", []) if the_arm and the_arm.kind == "schedule" else []
     keep = {k: v for k, v in arms.items() if k not in ("seeds", "batches", "schedule")}
     return {"recipe": rl.get("recipe", {}),
             "arms": {**keep, "batches": [b for b in arms.get("batches", []) if b["n_rollouts"] in ns],
                      "schedule": schedule}}
 
 
-def plan_errors(rl: dict) -> list[str]:
-    """Every invalid stage of the plan, naming the config key that causes it (for config validation)."""
+def plan_errors(rl: dict, prorl_stage: bool) -> list[str]:
+    """Every invalid stage of the plan, naming the config key that causes it (for config validation);
+    ``prorl_stage``: the profile trains its start (profile.start: trained), so ``rl.prorl`` is a stage."""
     errors = []
     arms = rl.get("arms", {})
 
@@ -112,7 +162,7 @@ def plan_errors(rl: dict) -> list[str]:
                 errors.append(f"{origin(key, stage, where)}: {msg.split(':', 1)[1].strip()} (in {where})"
                               f" [rule: RLSettings]")
 
-    if "prorl" in rl:
+    if prorl_stage:
         check(prorl_settings(rl), "rl.prorl")
     ns = [b["n_rollouts"] for b in arms.get("batches", [])]
     for n in sorted({n for n in ns if ns.count(n) > 1}):
@@ -178,8 +228,9 @@ def _mean(x: np.ndarray) -> float:
 
 def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path, stages: list[dict],
             model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
-            progress: bool = True) -> dict:
-    """Run the stages of one arm (resumable) and write its outputs; returns the arm summary."""
+            progress: bool = True, source: str | None = None) -> dict:
+    """Run the stages of one arm (resumable) and write its outputs; returns the arm summary. ``source``: the data
+    source kind (brorl.profile.SOURCES; the declared profile.data)."""
     import torch
     from accelerate import PartialState
 
@@ -197,7 +248,7 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
         if progress:
             print(f"[arm {arm} seed {seed}] stage {k + 1}/{len(stages)}: N={s.n_rollouts} x "
                   f"{s.prompts_per_step} prompts/step from {init}", flush=True)
-        summary = train_stage(init, data_dir, out, s, progress=progress)
+        summary = train_stage(init, data_dir, out, s, progress=progress, source=source)
         summaries.append(summary)
         for r in read_metrics(out):
             rows.append({**r, "arm": arm, "seed": seed, "stage": k, "stage_n_rollouts": s.n_rollouts,

@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np
+
+from brorl.training.arms import arm_of
 
 FIELDS = ("arm", "seed", "n_rollouts", "prompts_per_step", "steps", "generated_samples", "sample_budget",
           "kept_samples", "validation_pass1_start", "validation_pass1_end", "tail_prompts", "q_pos_tail_start",
           "q_pos_tail_end", "zero_fraction_end", "multi_frac_correct_improved", "multi_worst_correct_delta",
           "dynamic_sampling_pass_rate", "generation_samples_per_s", "wall_time_s", "peak_rss_mb", "run_id")
 ALPHA = 0.05
-
-
-def _arm_key(arm: str):
-    m = re.fullmatch(r"n(\d+)", arm)
-    return (0, int(m.group(1))) if m else (1, 0)
 
 
 def load_arms(results_dir: str | Path) -> dict[str, list[dict]]:
@@ -37,7 +33,7 @@ def load_arms(results_dir: str | Path) -> dict[str, list[dict]]:
         run = path.parent / "mlflow_run_id"
         summary["run_id"] = run.read_text().strip() if run.exists() else ""
         arms.setdefault(arm, []).append(summary)
-    return {a: sorted(v, key=lambda s: s["seed"]) for a, v in sorted(arms.items(), key=lambda kv: _arm_key(kv[0]))}
+    return {a: sorted(v, key=lambda s: s["seed"]) for a, v in sorted(arms.items(), key=lambda kv: arm_of(kv[0]).order)}
 
 
 def _ms(values, fmt="{:.4f}") -> str:
@@ -139,7 +135,7 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -
 
     metrics: dict = {}
     readings: list[str] = []
-    n_arms = [a for a in arms if a != "schedule"]
+    n_arms = [a for a in arms if arm_of(a).n is not None]
     base_name = n_arms[0] if n_arms else None  # the smallest N: the ProRL continuation (n16 in the paper)
     base = arms.get(base_name) if base_name else None
     if base:
@@ -171,14 +167,14 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -
             metrics[f"p_greater_vs_base/{arm}"] = test["p_greater"]
             lines.append(f"| {arm} | {test['delta']:+.4f} | {', '.join(f'{x:+.4f}' for x in sd)} | {test['t']:.2f} | "
                          f"{test['p_greater']:.3g} | {test['p_two_sided']:.3g} | {verdict} |")
-            if arm != "schedule" and test["delta"] > best:
+            if arm_of(arm).n is not None and test["delta"] > best:
                 best, best_arm, best_test, best_verdict = test["delta"], arm, test, verdict
         lines.append("")
         if best_arm:
             readings.append(
                 f"- **BroRL keeps improving at equal samples** (best larger-N arm beats {base_name}): best arm {best_arm}, "
                 f"Δ = {best_test['delta']:+.4f}, one-tailed p = {best_test['p_greater']:.3g}: **{best_verdict}**.")
-    ns = [(int(a[1:]), runs) for a, runs in arms.items() if a != "schedule"]
+    ns = [(arm_of(a).n, runs) for a, runs in arms.items() if arm_of(a).n is not None]
     if len(ns) >= 2:
         rates = [float(np.mean([r["dynamic_sampling_pass_rate"] for r in runs])) for _, runs in ns]
         speeds = [float(np.mean([r["generation_samples_per_s"] for r in runs])) for _, runs in ns]
@@ -230,7 +226,7 @@ def _figure(arms, prorl_dir, png_path) -> None:
     ax.set(title="Arms at equal samples: validation pass@1", xlabel="generated samples", ylabel="exact pass@1")
     ax.legend(fontsize=8)
     ax = axes[2]
-    ns = [(int(a[1:]), runs) for a, runs in arms.items() if a != "schedule"]
+    ns = [(arm_of(a).n, runs) for a, runs in arms.items() if arm_of(a).n is not None]
     if ns:
         nn = [n for n, _ in ns]
         ax.plot(nn, [np.mean([r["dynamic_sampling_pass_rate"] for r in runs]) for _, runs in ns], "o-", color="C0")

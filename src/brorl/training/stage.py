@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from brorl.tasks.core import TaskSettings, format_prompt, is_probe, max_new_tokens, read_split, verify
+from brorl.tasks.core import TaskSettings, format_prompt, is_probe, max_new_tokens, read_split
 from brorl.training.settings import RLSettings
 
 TAIL_LO, TAIL_HI = 1.0 / 512, 1.0 / 16  # the "hard tail" band of per-prompt Q_pos (pilot.md §2)
@@ -281,19 +281,15 @@ def _number(v):
 
 # --------------------------------------------------------------------------------------- the stage
 
-def make_reward(records: list[dict], tokenizer):
-    """The verifiable reward: 1.0 iff the completion (special tokens kept, cut at eos) is a correct answer.
-    Paper training records (a ``reward`` kind) get :func:`brorl.data.training.make_paper_reward`."""
-    from brorl.data.training import is_paper_record, make_paper_reward
+def make_reward(records: list[dict], tokenizer, source: str | None = None):
+    """The reward of the data source kind ``source`` (brorl.profile.SOURCES: the declared profile.data): the
+    tiny tasks' exact check, or the paper data's per-kind reward. ``None`` (a direct call without a profile):
+    the kind the records declare (a paper training record names its ``reward`` kind)."""
+    from brorl.profile import SOURCES
+    from brorl.data.training import is_paper_record
 
-    if records and is_paper_record(records[0]):
-        return make_paper_reward(records, tokenizer)
-
-    def verify_answer(prompts, completions, completion_ids, record_index, **kwargs):
-        texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=False)
-        return [verify(records[i], t) for i, t in zip(record_index, texts)]
-
-    return verify_answer
+    kind = source or ("paper" if records and is_paper_record(records[0]) else "tasks")
+    return SOURCES[kind].reward(records, tokenizer)
 
 
 def _settings_key(s: RLSettings) -> str:
@@ -334,8 +330,9 @@ def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
 
 
 def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str | Path,
-                settings: RLSettings | dict | None = None, progress: bool = True) -> dict:
-    """Run (or resume, or return the result of) one RL stage; returns the summary dict."""
+                settings: RLSettings | dict | None = None, progress: bool = True, source: str | None = None) -> dict:
+    """Run (or resume, or return the result of) one RL stage; returns the summary dict. ``source``: the data
+    source kind of ``data_dir`` (brorl.profile.SOURCES; see :func:`make_reward`)."""
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         os.environ.setdefault(k, "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -387,7 +384,7 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
     state = json.loads((resume / CHECKPOINT_DONE).read_text()) if resume is not None else None
     probes = Probes(tokenizer, validation, s.probe_prompts)
     if not _finished(s, state):
-        trainer = BroRLTrainer(model=str(init_model_dir), reward_funcs=make_reward(records, tokenizer),
+        trainer = BroRLTrainer(model=str(init_model_dir), reward_funcs=make_reward(records, tokenizer, source),
                                args=grpo_config(s, ckpt_dir, max_len), train_dataset=dataset,
                                processing_class=tokenizer, settings=s,
                                init_optimizer=init_model_dir / "optimizer.pt")
