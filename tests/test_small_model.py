@@ -96,6 +96,34 @@ def test_paper_reward_on_chatty_completions_eos_and_truncation(smol):
     assert reward(None, None, completions, [0] * len(completions)) == [1.0, 0.0, 0.0, 1.0]
 
 
+def test_paper_reward_on_tagless_prose_as_smollm2_writes_it(smol):
+    """SmolLM2-135M-Instruct never writes <answer> tags; its prose answers go through the real tokenizer and
+    are read strictly from the last line (brorl.rewards.final_line_answer): a true "a + b = gold" or "The answer
+    is gold." scores 1; a false computation, a hedge, two answers, a hidden character or a later line 0."""
+    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.training.paper_data import make_paper_reward, training_record
+
+    _, _, tok = smol
+    recs, _ = generate_reasoning_gym(seed=5, samples_per_task=1, tasks=["basic_arithmetic"], task_configs={
+        "basic_arithmetic": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"],
+                             "allow_parentheses": False, "allow_negation": False}})
+    record = training_record("reasoning_gym", "reasoning_gym", recs[0])
+    gold = int(record["answer"])
+    expr = json.loads(record["entry"])["metadata"]["expression"]  # "10 + 8"
+    assert sum(map(int, expr.split("+"))) == gold, record["problem"]
+    reward = make_paper_reward([record], tok)
+
+    def ids(text):
+        return tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+
+    good = [f"{expr} = {gold}", f"To add them:\n\n{expr} = {gold}.", f"{expr} = {gold}\n\nThe answer is: {gold}"]
+    bad = [f"{expr} = {gold + 1}", f"The answer is {gold} or {gold + 1}", f"The answer is {gold}, {gold + 1}",
+           f"The answer is {gold}\u200b", f"The answer is {gold}.\nOr maybe not.", f"{expr} equals {gold}."]
+    completions = [ids(t) for t in good + bad]
+    assert tok.batch_decode(completions[:1], skip_special_tokens=True)[0] == good[0]  # the text the reward reads
+    assert reward(None, None, completions, [0] * len(completions)) == [1.0] * len(good) + [0.0] * len(bad)
+
+
 @pytest.mark.slow
 def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
     """One step of BroRLTrainer from a fetched-style HF folder on Reasoning Gym training data: the prefix-tree
