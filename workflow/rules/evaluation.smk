@@ -44,6 +44,7 @@ if PAPER_BENCH:
         params:
             rule_name="benchmark_data",
             cfg=lambda wildcards: as_json({"source": config["checkpoints"].get("source"), **ALLOW_UNPINNED,
+                                           "reasoning_gym": config["evaluation"].get("reasoning_gym", {}),
                                            "revisions": {k: v for k, v in config["evaluation"].get("revisions", {}).items()
                                                          if k == wildcards.benchmark}}),
             tracking=TRACKING,
