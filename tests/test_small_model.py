@@ -205,3 +205,25 @@ def test_training_data_takes_the_task_configs(tmp_path):
     assert marker["settings"]["reasoning_gym_task_configs"] == {"basic_arithmetic": cfg}
     records = read_split(tmp_path / "data", "train") + read_split(tmp_path / "data", "validation")
     assert len(records) == 4 and all('config={"max_digits": 1' in r["source"] for r in records)
+
+
+def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol):
+    """The throughput study on chat-template prompts of Reasoning Gym records (benchmarks/
+    bench_smollm2_throughput.py): every engine generates the same samples per N; the llama.cpp peer without
+    llama-cpp-python stops naming it."""
+    import importlib.util
+
+    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.training.throughput import measure_throughput
+
+    folder, _, _ = smol
+    records, _ = generate_reasoning_gym(seed=1, samples_per_task=2, tasks=["basic_arithmetic", "chain_sum"])
+    rows = measure_throughput(folder, ns=(2, 4), total=4, engines=("hf", "prefix_tree"), threads=1, max_tokens=4,
+                              records=records, progress=False)
+    assert [(r["n_rollouts"], r["prompts"], r["samples"]) for r in rows] == [(2, 2, 4)] * 2 + [(4, 1, 4)] * 2
+    assert all(0 < r["mean_length"] <= 4 for r in rows)
+    with pytest.raises(ValueError, match="needs 8"):
+        measure_throughput(folder, ns=(1,), total=8, engines=("hf",), records=records, progress=False)
+    if importlib.util.find_spec("llama_cpp") is None:
+        with pytest.raises(RuntimeError, match="llama-cpp-python"):
+            measure_throughput(folder, ns=(2,), total=2, engines=("llama_cpp",), records=records, progress=False)
