@@ -227,3 +227,20 @@ def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol):
     if importlib.util.find_spec("llama_cpp") is None:
         with pytest.raises(RuntimeError, match="llama-cpp-python"):
             measure_throughput(folder, ns=(2,), total=2, engines=("llama_cpp",), records=records, progress=False)
+
+
+def test_evaluation_reasoning_gym_sets_the_benchmark_problems(tmp_path):
+    """evaluation.reasoning_gym (tasks, task_configs, samples_per_task) reaches `brorl prepare-benchmark`, so the
+    evaluation asks the trained tasks at the trained difficulty; other benchmarks ignore it."""
+    from brorl import cli
+
+    cfg = {"source": None, "reasoning_gym": {"tasks": ["chain_sum", "basic_arithmetic"], "samples_per_task": 3,
+                                             "task_configs": {"chain_sum": {"min_digits": 1, "max_digits": 1}}}}
+    dest = tmp_path / "reasoning_gym" / "test.jsonl"
+    tracking = {"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "t", "artifact_root": str(tmp_path / "a")}
+    assert cli.main(["prepare-benchmark", "--rule", "benchmark_data", "--profile", "small", "--config",
+                     json.dumps(cfg), "--tracking", json.dumps(tracking), "--name", "reasoning_gym",
+                     "--dest", str(dest)]) == 0
+    records = [json.loads(line) for line in dest.read_text().splitlines()]
+    assert sorted(r["task"] for r in records) == ["basic_arithmetic"] * 3 + ["chain_sum"] * 3
+    assert all('config={"max_digits": 1, "min_digits": 1}' in r["source"] for r in records if r["task"] == "chain_sum")
