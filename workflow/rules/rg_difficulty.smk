@@ -15,7 +15,7 @@ if RG_DIFFICULTY:
         params:
             rule_name="rg_difficulty",
             cfg=as_json({k: v for k, v in config["rg_difficulty"].items() if k != "model"}),
-            model=f"resources/models/{config['rg_difficulty']['model']}",
+            model=lambda wildcards, input: input.model.removesuffix(".manifest.json"),  # the folder beside it
             tracking=TRACKING,
             profile=PROFILE,
         log:
