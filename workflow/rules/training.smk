@@ -7,6 +7,7 @@
 # job: rerunning the same `snakemake` command resumes there (profiles: rerun-incomplete).
 from brorl.training.arms import plan, stage_config
 from brorl.training.paper_data import TrainDataSettings, hub_revisions
+from brorl.training.launch import processes_per_node
 
 TRAIN = "rl" in config
 PRORL_STAGE = TRAIN and "prorl" in config["rl"]  # else: the arms start from rl.start_model (fetched)
@@ -35,6 +36,9 @@ ACCELERATE_CONFIG = config["rl"].get("launch", {}).get("accelerate_config", "fsd
 # The tiny arms read the ProRL stage's folder (an input); the paper arms run under `brorl launch` from the fetched
 # checkpoint (its manifest is the input). The tiny command is unchanged, so existing tiny runs are not redone.
 ARM_LAUNCH = "" if PRORL_STAGE else f"brorl launch --accelerate-config {ACCELERATE_CONFIG} -- "
+# A launched arm is that many processes (cpu: 2), each with its own model copies (SmolLM2: ~5 GB): Snakemake
+# counts them as the job's threads, so two launched arms do not share 2 cores (or the memory) side by side.
+ARM_THREADS = 1 if PRORL_STAGE or not TRAIN else min(workflow.cores, processes_per_node(None, ACCELERATE_CONFIG, os.environ))
 ARM_INIT = "{input.model}" if PRORL_STAGE else START_MODEL
 TRAIN_ARM_SHELL = (
     f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule_name}} --profile {{params.profile}}"
@@ -125,7 +129,7 @@ if TRAIN:
             "logs/train/{arm}/seed{seed}.log",
         benchmark:
             "logs/benchmarks/train_arm/{arm}/seed{seed}.tsv"
-        threads: 1
+        threads: ARM_THREADS
         priority: 1
         conda:
             "../envs/brorl.yaml"
