@@ -28,6 +28,15 @@ def test_single_node_uses_every_visible_gpu():
     assert opts["--config_file"].endswith("workflow/accelerate/fsdp2.yaml")
     assert cmd[-len(TRAIN) - 1:] == ["-m", "brorl.cli", *TRAIN[1:]]  # the console script as a module
     assert "--main_process_ip" not in cmd
+    # one node: a free port each launch, so two launches side by side do not collide; a given one is kept
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        assert all(launch.free_port() != taken for _ in range(20))
+    assert launch.plan(TRAIN, "fsdp2", port=1234, env=env, python="py")[12] == "1234"
     # a one-node SLURM job: the node's GPUs from SLURM
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": "8"}
     assert launch.plan(TRAIN, env=env, python="py")[6] == "8"

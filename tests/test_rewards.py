@@ -127,13 +127,51 @@ def test_extract_math_answer_fallbacks(text, expected):
         ("<answer>1</answer> wait <answer>2</answer>", "2"),
         ("<think>long</think>\n  final  ", "final"),
         ("<think>truncated reasoning", None),
-        ("just text", "just text"),
+        ("just text", None),  # prose without a final answer (final_line_answer)
+        ("1 + 6 = 7", "7"),
         ([{"role": "assistant", "content": "<answer>x</answer>"}], "x"),
         (None, None),
     ],
 )
 def test_extract_reasoning_gym_answer(text, expected):
     assert R.extract_reasoning_gym_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # what SmolLM2-135M-Instruct writes instead of <answer> tags (sampled 2026-12-04)
+        ("1 + 6 = 7", "7"),
+        ("1 + 6 equals 7.", None),
+        ("2 + 0 = 2\n\nThe answer is: 2", "2"),
+        ("The answer would be 2 + 0 = 2.", "2"),
+        ("The final answer is 42.", "42"),
+        ("Answer: -5", "-5"),
+        ("x = 4", "4"),
+        ("There are 4 legs in total if you have 1 deer.", None),
+        # strict: a false computation, hedges, several answers, hidden characters, an answer not on the last line
+        ("1 + 6 = 8", None),
+        ("3 + 4 = 7 = 8", None),
+        ("5 / 0 = 3", None),
+        ("The answer is 7 or 8", None),
+        ("The answer is 7?", None),
+        ("The answer is 7, 8", None),
+        ("The answer is 1\u200b4", None),
+        ("14\x00", None),
+        ("The answer is 7.\nOr maybe not.", None),
+        ("", None),
+    ],
+)
+def test_final_line_answer(text, expected):
+    assert R.final_line_answer(text) == expected
+
+
+def test_reasoning_gym_tagless_fallback_order():
+    # tags win over the final line; unclosed reasoning has no answer; the text after </think> is the answer
+    assert R.extract_reasoning_gym_answer("<answer>3</answer>\nSo 1 + 6 = 7") == "3"
+    assert R.extract_reasoning_gym_answer("<think>1 + 6 = 7") is None
+    assert R.extract_reasoning_gym_answer("<think>ok</think>\nhello world") == "hello world"
+    assert R.extract_reasoning_gym_answer("The answer is 18 or 19") is None  # no partial credit for a hedge
 
 
 def test_completion_text_formats():

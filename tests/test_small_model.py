@@ -96,6 +96,34 @@ def test_paper_reward_on_chatty_completions_eos_and_truncation(smol):
     assert reward(None, None, completions, [0] * len(completions)) == [1.0, 0.0, 0.0, 1.0]
 
 
+def test_paper_reward_on_tagless_prose_as_smollm2_writes_it(smol):
+    """SmolLM2-135M-Instruct never writes <answer> tags; its prose answers go through the real tokenizer and
+    are read strictly from the last line (brorl.rewards.final_line_answer): a true "a + b = gold" or "The answer
+    is gold." scores 1; a false computation, a hedge, two answers, a hidden character or a later line 0."""
+    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.training.paper_data import make_paper_reward, training_record
+
+    _, _, tok = smol
+    recs, _ = generate_reasoning_gym(seed=5, samples_per_task=1, tasks=["basic_arithmetic"], task_configs={
+        "basic_arithmetic": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"],
+                             "allow_parentheses": False, "allow_negation": False}})
+    record = training_record("reasoning_gym", "reasoning_gym", recs[0])
+    gold = int(record["answer"])
+    expr = json.loads(record["entry"])["metadata"]["expression"]  # "10 + 8"
+    assert sum(map(int, expr.split("+"))) == gold, record["problem"]
+    reward = make_paper_reward([record], tok)
+
+    def ids(text):
+        return tok(text, add_special_tokens=False).input_ids + [tok.eos_token_id]
+
+    good = [f"{expr} = {gold}", f"To add them:\n\n{expr} = {gold}.", f"{expr} = {gold}\n\nThe answer is: {gold}"]
+    bad = [f"{expr} = {gold + 1}", f"The answer is {gold} or {gold + 1}", f"The answer is {gold}, {gold + 1}",
+           f"The answer is {gold}\u200b", f"The answer is {gold}.\nOr maybe not.", f"{expr} equals {gold}."]
+    completions = [ids(t) for t in good + bad]
+    assert tok.batch_decode(completions[:1], skip_special_tokens=True)[0] == good[0]  # the text the reward reads
+    assert reward(None, None, completions, [0] * len(completions)) == [1.0] * len(good) + [0.0] * len(bad)
+
+
 @pytest.mark.slow
 def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
     """One step of BroRLTrainer from a fetched-style HF folder on Reasoning Gym training data: the prefix-tree
@@ -177,3 +205,42 @@ def test_training_data_takes_the_task_configs(tmp_path):
     assert marker["settings"]["reasoning_gym_task_configs"] == {"basic_arithmetic": cfg}
     records = read_split(tmp_path / "data", "train") + read_split(tmp_path / "data", "validation")
     assert len(records) == 4 and all('config={"max_digits": 1' in r["source"] for r in records)
+
+
+def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol):
+    """The throughput study on chat-template prompts of Reasoning Gym records (benchmarks/
+    bench_smollm2_throughput.py): every engine generates the same samples per N; the llama.cpp peer without
+    llama-cpp-python stops naming it."""
+    import importlib.util
+
+    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.training.throughput import measure_throughput
+
+    folder, _, _ = smol
+    records, _ = generate_reasoning_gym(seed=1, samples_per_task=2, tasks=["basic_arithmetic", "chain_sum"])
+    rows = measure_throughput(folder, ns=(2, 4), total=4, engines=("hf", "prefix_tree"), threads=1, max_tokens=4,
+                              records=records, progress=False)
+    assert [(r["n_rollouts"], r["prompts"], r["samples"]) for r in rows] == [(2, 2, 4)] * 2 + [(4, 1, 4)] * 2
+    assert all(0 < r["mean_length"] <= 4 for r in rows)
+    with pytest.raises(ValueError, match="needs 8"):
+        measure_throughput(folder, ns=(1,), total=8, engines=("hf",), records=records, progress=False)
+    if importlib.util.find_spec("llama_cpp") is None:
+        with pytest.raises(RuntimeError, match="llama-cpp-python"):
+            measure_throughput(folder, ns=(2,), total=2, engines=("llama_cpp",), records=records, progress=False)
+
+
+def test_evaluation_reasoning_gym_sets_the_benchmark_problems(tmp_path):
+    """evaluation.reasoning_gym (tasks, task_configs, samples_per_task) reaches `brorl prepare-benchmark`, so the
+    evaluation asks the trained tasks at the trained difficulty; other benchmarks ignore it."""
+    from brorl import cli
+
+    cfg = {"source": None, "reasoning_gym": {"tasks": ["chain_sum", "basic_arithmetic"], "samples_per_task": 3,
+                                             "task_configs": {"chain_sum": {"min_digits": 1, "max_digits": 1}}}}
+    dest = tmp_path / "reasoning_gym" / "test.jsonl"
+    tracking = {"uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "t", "artifact_root": str(tmp_path / "a")}
+    assert cli.main(["prepare-benchmark", "--rule", "benchmark_data", "--profile", "small", "--config",
+                     json.dumps(cfg), "--tracking", json.dumps(tracking), "--name", "reasoning_gym",
+                     "--dest", str(dest)]) == 0
+    records = [json.loads(line) for line in dest.read_text().splitlines()]
+    assert sorted(r["task"] for r in records) == ["basic_arithmetic"] * 3 + ["chain_sum"] * 3
+    assert all('config={"max_digits": 1, "min_digits": 1}' in r["source"] for r in records if r["task"] == "chain_sum")

@@ -510,7 +510,8 @@ def cmd_prepare_benchmark(args) -> int:
         if not spec.generated:
             _require_pins(args, cfg, {args.name: (revision or spec.revision, None)},
                           f"evaluation.revisions.{args.name}")
-        info = prepare_benchmark(args.name, cfg.get("source"), args.dest, revision=revision,
+        rg = (cfg.get("reasoning_gym") or {}) if spec.generated else {}  # evaluation.reasoning_gym (small profile)
+        info = prepare_benchmark(args.name, cfg.get("source"), args.dest, revision=revision, **rg,
                                  log_fn=lambda msg: print(f"[prepare-benchmark] {msg}", flush=True))
         mlflow.set_tags({"benchmark_status": info["status"], "commit": str(info.get("commit")),
                          "sha256": str(info.get("sha256"))})

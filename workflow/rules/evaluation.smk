@@ -44,6 +44,7 @@ if PAPER_BENCH:
             bench_root="results/data/benchmarks|resources/gated/benchmarks",
         params:
             cfg=lambda wildcards: as_json({"source": config["checkpoints"].get("source"), **ALLOW_UNPINNED,
+                                           "reasoning_gym": config["evaluation"].get("reasoning_gym", {}),
                                            "revisions": {k: v for k, v in config["evaluation"].get("revisions", {}).items()
                                                          if k == wildcards.benchmark}}),
         log:

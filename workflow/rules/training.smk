@@ -7,6 +7,7 @@
 # resources/work/ and survive a killed job: rerunning the same `snakemake` command resumes there.
 from brorl.training.arms import plan, stage_config
 from brorl.data.training import TrainDataSettings, hub_revisions
+from brorl.training.launch import processes_per_node
 
 TRAIN = "rl" in config
 PRORL_STAGE = TRAIN and TRAINED  # the ProRL stage runs here (else: the arms start from rl.start_model, fetched)
@@ -34,6 +35,9 @@ ACCELERATE_CONFIG = config["rl"].get("launch", {}).get("accelerate_config", "fsd
 # A trained start: the arms read the ProRL stage's folder (an input); a fetched one: they run under `brorl launch`
 # from the fetched checkpoint (its manifest is the input, the folder beside it is --init).
 ARM_LAUNCH = "" if PRORL_STAGE else f"brorl launch --accelerate-config {ACCELERATE_CONFIG} -- "
+# A launched arm is that many processes (cpu: 2), each with its own model copies (SmolLM2: ~5 GB): Snakemake
+# counts them as the job's threads, so two launched arms do not share 2 cores (or the memory) side by side.
+ARM_THREADS = 1 if PRORL_STAGE or not TRAIN else min(workflow.cores, processes_per_node(None, ACCELERATE_CONFIG, os.environ))
 ARM_INIT = "{input.model}" if PRORL_STAGE else START_MODEL
 TRAIN_ARM_SHELL = (
     f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
@@ -115,7 +119,7 @@ if TRAIN:
             "logs/train/{arm}/seed{seed}.log",
         benchmark:
             "logs/benchmarks/train_arm/{arm}/seed{seed}.tsv"
-        threads: 1
+        threads: ARM_THREADS
         priority: 1
         conda:
             "../envs/brorl.yaml"

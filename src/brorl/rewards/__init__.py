@@ -78,6 +78,7 @@ from brorl.rewards.extraction import (
     extract_boxed,
     extract_math_answer,
     extract_reasoning_gym_answer,
+    final_line_answer,
 )
 from brorl.rewards.graders import _TASKS  # noqa: F401 - the production task table (tests check its contents)
 from brorl.rewards.graders import parse_reasoning_gym_entry
@@ -95,6 +96,7 @@ __all__ = [
     "extract_boxed",
     "extract_math_answer",
     "extract_reasoning_gym_answer",
+    "final_line_answer",
     "completion_text",
     "parse_reasoning_gym_entry",
     "get_default_pool",

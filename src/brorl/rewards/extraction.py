@@ -198,13 +198,73 @@ def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[s
     return None
 
 
+# A final-line answer without tags (see final_line_answer): one number or one word, nothing else.
+_FINAL_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z]+")
+_ARITHMETIC = re.compile(r"[\d\s.+\-*/()]+")
+
+
+def _arithmetic_value(expr: str) -> float | None:
+    """Value of a plain arithmetic expression (numbers, + - * /, parentheses), else ``None``; no eval."""
+    import ast
+
+    if not _ARITHMETIC.fullmatch(expr) or len(expr) > 200:
+        return None
+
+    def value(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return float(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = value(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            a, b = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Div):
+                return a / b if b else float("nan")
+            return a + b if isinstance(node.op, ast.Add) else a - b if isinstance(node.op, ast.Sub) else a * b
+        raise ValueError
+    try:
+        return value(ast.parse(expr.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def final_line_answer(text: str) -> str | None:
+    """The answer a tagless completion states on its last non-empty line, or ``None``.
+
+    Strict, for models that answer in prose (SmolLM2-135M never writes ``<answer>`` tags): the text after the
+    last "answer is" / "answer:" / "answer =" / "answer would be" on that line, else the line itself; if that
+    holds an equation, its right-most side -- and only when every side that is plain arithmetic has the same
+    value (``1 + 6 = 7`` gives 7, ``1 + 6 = 8`` gives nothing). What is left, less one trailing period, must be
+    one number or one word: hedges ("7 or 8"), several answers ("7, 8"), markup and hidden characters give
+    ``None``.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return None
+    line = lines[-1]
+    lower = line.lower()
+    cut, marker = max((lower.rfind(m), m) for m in _ANSWER_MARKERS)
+    snippet = line[cut + len(marker):].strip().lstrip(":") if cut >= 0 else line
+    sides = [side.strip() for side in snippet.split("=")]
+    answer = sides[-1].removesuffix(".").strip()
+    if not _FINAL_TOKEN.fullmatch(answer):
+        return None
+    values = [v for v in map(_arithmetic_value, sides) if v is not None]
+    if any(abs(v - values[0]) > 1e-9 or v != v for v in values):
+        return None
+    return answer
+
+
 def extract_reasoning_gym_answer(completion: Any) -> str | None:
     """Answer text of a Reasoning Gym completion, or ``None``.
 
     The text inside the last ``<answer>...</answer>`` pair, stripped (same result as
     ``reasoning_gym.utils.extract_answer``, but with ``str.rfind`` instead of a regex).  Without a
     complete tag pair, the text after the last ``</think>``; a completion that opens ``<think>`` and never
-    closes it (truncated reasoning) has no answer; otherwise the whole completion.
+    closes it (truncated reasoning) has no answer. A completion with neither tags nor reasoning markers
+    (prose, as SmolLM2-135M writes) has the answer its last line states (:func:`final_line_answer`) or none:
+    reasoning-gym's own ``extract_answer`` gives none, and the whole prose would earn its scorers' partial
+    credit (``len(gold) / len(text)`` when the gold occurs anywhere in it) for a hedge or a list of guesses.
     """
     text = completion_text(completion)
     if text is None:
@@ -219,4 +279,4 @@ def extract_reasoning_gym_answer(completion: Any) -> str | None:
         return text[think_end + len("</think>"):].strip()
     if "<think>" in text:
         return None
-    return text.strip()
+    return final_line_answer(text)

@@ -141,16 +141,19 @@ def accelerate_command(command: Sequence[str], config: str, procs_per_node: int,
 
 
 def plan(command: Sequence[str], config: str = "fsdp2", *, procs: int | None = None, nodes: int | None = None,
-         port: int = DEFAULT_PORT, node_step: bool = False, env: Mapping[str, str] | None = None,
+         port: int | None = None, node_step: bool = False, env: Mapping[str, str] | None = None,
          python: str = sys.executable) -> list[str]:
     """The command ``brorl launch`` execs, from its options and the environment (``env``: ``os.environ``).
 
-    ``node_step``: this process is the per-node launcher that ``srun`` started (rank from ``SLURM_NODEID``)."""
+    ``node_step``: this process is the per-node launcher that ``srun`` started (rank from ``SLURM_NODEID``).
+    ``port`` None: on one node a free port (several launches side by side, e.g. two arms of the small profile
+    on one CPU machine, must not share one), across nodes :data:`DEFAULT_PORT`."""
     env = os.environ if env is None else env
     n_nodes = nodes or slurm_nodes(env)
     ppn = processes_per_node(procs, config, env)
     if n_nodes == 1:
-        return accelerate_command(command, config, ppn, port=port, python=python)
+        return accelerate_command(command, config, ppn, port=port or free_port(), python=python)
+    port = port or DEFAULT_PORT
     if node_step:
         rank = env.get("SLURM_NODEID") or env.get("SLURM_PROCID")
         if rank is None:
@@ -167,12 +170,22 @@ def plan(command: Sequence[str], config: str = "fsdp2", *, procs: int | None = N
             "--processes-per-node", str(ppn), "--nodes", str(n_nodes), "--main-port", str(port), "--", *command]
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS picks it), for a one-node launch's rendezvous."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accelerate-config", default="fsdp2",
                    help=f"one of {CONFIGS} (workflow/accelerate/<name>.yaml) or an accelerate config file")
     p.add_argument("--processes-per-node", type=int, default=None, help="default: the node's GPUs")
     p.add_argument("--nodes", type=int, default=None, help="default: SLURM_JOB_NUM_NODES, or 1 outside SLURM")
-    p.add_argument("--main-port", type=int, default=DEFAULT_PORT)
+    p.add_argument("--main-port", type=int, default=None,
+                   help=f"rendezvous port; default: a free one on one node, {DEFAULT_PORT} across nodes")
     p.add_argument("--node", action="store_true", help=argparse.SUPPRESS)  # the per-node step under srun
     p.add_argument("--dry-run", action="store_true", help="print the command as JSON instead of running it")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command (e.g. brorl train-arm ...)")

@@ -7,7 +7,9 @@ generates the same number of samples. Engines: ``prefix_tree`` (the trainer's de
 ``hf`` (TRL's ``model.generate`` on N repeated rows) on the CPU; on a GPU host ``vllm`` and
 ``vllm_no_prefix_cache``: vLLM's offline engine (the one TRL's colocated rollouts run) with
 ``SamplingParams(n=N)`` on ``total / N`` prompts, prefix caching on / off (BroRL Table 2's setting). The vLLM
-engines have not run here (no GPU): without vLLM they stop with what to install. Used by the
+engines have not run here (no GPU): without vLLM they stop with what to install. ``llama_cpp``: a CPU user's
+peer for a GGUF model (``llama-cpp-python``, the runtime of SmolLM2's wheel): the N samples of a prompt one after
+another, each reusing the prompt's KV cache (llama.cpp keeps the longest common token prefix). Used by the
 ``throughput_study`` rule, ``benchmarks/bench_generation.py`` and ``benchmarks/gpu_check.py``.
 """
 
@@ -29,10 +31,12 @@ COLUMNS = ("n_rollouts", "prompts", "samples", "engine", "samples_per_s", "token
 def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 128, 256, 512), total: int = 8192,
                        engines: Sequence[str] = ("prefix_tree", "shared_prompt", "hf"), repeats: int = 1,
                        threads: int = 2, chunk_samples: int = 1024, task: str = "add", seed: int = 99,
-                       max_tokens: int = 0, vllm_args: dict | None = None, progress: bool = True) -> list[dict]:
+                       max_tokens: int = 0, vllm_args: dict | None = None, progress: bool = True,
+                       records: Sequence[dict] | None = None, gguf: str | Path | None = None) -> list[dict]:
     """One row per (N, engine): the best of ``repeats`` measurements of ``total`` samples (see module doc).
     ``max_tokens``: new tokens per sample (0: the tiny task's answer length); ``vllm_args``: extra ``vllm.LLM``
-    arguments (memory share, context length)."""
+    arguments (memory share, context length); ``records``: the prompts (dicts with ``prompt``, through the model's
+    chat template; default: the tiny ``task``'s); ``gguf``: the model file of the ``llama_cpp`` engine."""
     for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         os.environ.setdefault(key, "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -49,14 +53,19 @@ def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 12
         raise ValueError(f"total = {total} is smaller than the largest N = {max(ns)}: every N needs a prompt")
     torch.set_num_threads(threads)
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    records = generate_split(task, "train", max(total // n for n in ns), seed=seed,
-                             partition_seed=TaskSettings().seed)
+    records = list(records or generate_split(task, "train", max(total // n for n in ns), seed=seed,
+                                             partition_seed=TaskSettings().seed))
+    if len(records) < total // min(ns):
+        raise ValueError(f"{len(records)} prompts, but N = {min(ns)} needs {total // min(ns)}")
     prompts = [format_prompt(tok, r) for r in records]
     length = max_tokens or max_new_tokens(TaskSettings(), [task])
     rows = []
     for engine in [e for e in engines if e in VLLM_ENGINES]:
         rows += _vllm_rows(model_dir, engine, ns, total, prompts, length, repeats, seed, vllm_args or {}, progress)
-    engines = [e for e in engines if e not in VLLM_ENGINES]
+    if "llama_cpp" in engines:
+        rows += _llama_cpp_rows(gguf, ns, total, [tok(p, add_special_tokens=False).input_ids for p in prompts],
+                                length, repeats, threads, seed, progress)
+    engines = [e for e in engines if e not in VLLM_ENGINES and e != "llama_cpp"]
     if not engines:
         return rows
     base = RLSettings(n_rollouts=min(ns), prompts_per_step=1, beta=0.0, chunk_samples=chunk_samples,
@@ -119,6 +128,41 @@ def _vllm_rows(model_dir, engine: str, ns, total: int, prompts: list[str], lengt
             print(f"[throughput] N={n:4d} {engine:20s} {rows[-1]['samples_per_s']:9.0f} samples/s", flush=True)
     del llm
     torch.cuda.empty_cache()
+    return rows
+
+
+def _llama_cpp_rows(gguf, ns, total: int, prompt_ids: list[list[int]], length: int, repeats: int, threads: int,
+                    seed: int, progress: bool) -> list[dict]:
+    """llama.cpp (``llama-cpp-python``) on the GGUF file at each N: plain sampling at temperature 1 (no top-k/p,
+    min-p or repetition penalty, as the other engines), each prompt's N samples in turn on its cached prefix."""
+    try:
+        from llama_cpp import Llama
+    except ImportError as err:
+        raise RuntimeError("engine 'llama_cpp' needs llama-cpp-python (README, Small profile)") from err
+    if gguf is None:
+        raise ValueError("engine 'llama_cpp' needs the GGUF file (gguf=...)")
+    llm = Llama(model_path=str(gguf), n_ctx=max(map(len, prompt_ids)) + length + 8, n_threads=threads,
+                n_batch=512, seed=seed, verbose=False)
+    rows = []
+    for n in ns:
+        best_s, tokens = float("inf"), 0
+        for rep in range(repeats):
+            t0, count = time.perf_counter(), 0
+            for i, ids in enumerate(prompt_ids[: total // n]):
+                for j in range(n):
+                    out = llm.create_completion(ids, max_tokens=length, temperature=1.0, top_k=0, top_p=1.0,
+                                                min_p=0.0, repeat_penalty=1.0, seed=seed + rep * total + i * n + j)
+                    count += out["usage"]["completion_tokens"]
+            seconds = time.perf_counter() - t0
+            if seconds < best_s:
+                best_s, tokens = seconds, count
+        samples = (total // n) * n
+        rows.append({"n_rollouts": n, "prompts": total // n, "samples": samples, "engine": "llama_cpp",
+                     "samples_per_s": samples / best_s, "tokens_per_s": tokens / best_s,
+                     "mean_length": tokens / samples, "seconds": best_s, "repeats": repeats, "threads": threads})
+        if progress:
+            print(f"[throughput] N={n:4d} {'llama_cpp':14s} {rows[-1]['samples_per_s']:9.1f} samples/s "
+                  f"{rows[-1]['tokens_per_s']:9.0f} tokens/s", flush=True)
     return rows
 
 
