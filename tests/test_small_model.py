@@ -100,8 +100,8 @@ def test_paper_reward_on_tagless_prose_as_smollm2_writes_it(smol):
     """SmolLM2-135M-Instruct never writes <answer> tags; its prose answers go through the real tokenizer and
     are read strictly from the last line (brorl.rewards.final_line_answer): a true "a + b = gold" or "The answer
     is gold." scores 1; a false computation, a hedge, two answers, a hidden character or a later line 0."""
-    from brorl.evaluation.paper_data import generate_reasoning_gym
-    from brorl.training.paper_data import make_paper_reward, training_record
+    from brorl.data.benchmarks import generate_reasoning_gym
+    from brorl.data.training import make_paper_reward, training_record
 
     _, _, tok = smol
     recs, _ = generate_reasoning_gym(seed=5, samples_per_task=1, tasks=["basic_arithmetic"], task_configs={
@@ -213,7 +213,7 @@ def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol):
     llama-cpp-python stops naming it."""
     import importlib.util
 
-    from brorl.evaluation.paper_data import generate_reasoning_gym
+    from brorl.data.benchmarks import generate_reasoning_gym
     from brorl.training.throughput import measure_throughput
 
     folder, _, _ = smol

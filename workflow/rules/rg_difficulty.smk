@@ -14,7 +14,7 @@ if RG_DIFFICULTY:
             tasks=RG_DIFFICULTY[1],
         params:
             cfg=as_json({k: v for k, v in config["rg_difficulty"].items() if k != "model"}),
-            model=f"resources/models/{config['rg_difficulty']['model']}",
+            model=lambda wildcards, input: input.model.removesuffix(".manifest.json"),  # the folder beside it
         log:
             "logs/data/rg_difficulty.log",
         benchmark:
