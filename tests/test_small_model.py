@@ -6,6 +6,7 @@ engine, dynamic sampling, the Reasoning Gym reward)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -244,3 +245,20 @@ def test_evaluation_reasoning_gym_sets_the_benchmark_problems(tmp_path):
     records = [json.loads(line) for line in dest.read_text().splitlines()]
     assert sorted(r["task"] for r in records) == ["basic_arithmetic"] * 3 + ["chain_sum"] * 3
     assert all('config={"max_digits": 1, "min_digits": 1}' in r["source"] for r in records if r["task"] == "chain_sum")
+
+
+def test_launched_cpu_arms_need_prompts_per_step_a_multiple_of_the_processes(tmp_path):
+    """rl.launch.accelerate_config: cpu runs 2 processes, each taking half the step's prompts: 1 prompt per step
+    failed only when the arm's job started (SmolLM2's N=64 arm); now the config check names the key first."""
+    import yaml
+
+    from brorl.config import ConfigError, load_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(root / "config/small.yaml")
+    cfg["rl"]["arms"]["batches"][1]["prompts_per_step"] = 1
+    bad = tmp_path / "small_bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ConfigError, match=r"rl\.arms\.batches\[1\]\.prompts_per_step: 1 is not a multiple of the 2"):
+        load_config(bad)
+    load_config(root / "config/small.yaml")  # as shipped: 8 and 2 prompts per step

@@ -106,6 +106,7 @@ def cross_field_errors(config: dict) -> list[str]:
 
         errors += plan_errors(config["rl"], profile.trains_start)
         errors += _rl_start_errors(config, profile)
+        errors += _launch_errors(config["rl"], profile)
     if isinstance(config.get("study"), dict):
         from brorl.study.plan import study_errors
 
@@ -148,6 +149,21 @@ def _profile_errors(config: dict, profile) -> list[str]:
     if profile.data == "tasks" and "tasks" not in config:
         errors.append("tasks: required by profile.data: tasks (the tiny task suite) [rule: the profile's sections]")
     return errors
+
+
+def _launch_errors(rl: dict, profile) -> list[str]:
+    """Arms under `brorl launch` split each step's prompts across its processes: with the CPU accelerate config
+    (a fixed 2 processes; a GPU host's count is known only where it runs) every arm's prompts per step must be a
+    multiple of them, or the arm fails only once its job starts (found with SmolLM2, issue 19)."""
+    if profile.trains_start or (rl.get("launch") or {}).get("accelerate_config") != "cpu":
+        return []
+    from brorl.training.launch import processes_per_node
+
+    procs = processes_per_node(None, "cpu", {})
+    return [f"rl.arms.batches[{i}].prompts_per_step: {b.get('prompts_per_step')} is not a multiple of the {procs} "
+            f"processes of rl.launch.accelerate_config: cpu [rule: prompts split across processes]"
+            for i, b in enumerate((rl.get("arms") or {}).get("batches") or [])
+            if isinstance(b, dict) and isinstance(b.get("prompts_per_step"), int) and b["prompts_per_step"] % procs]
 
 
 def _rl_start_errors(config: dict, profile) -> list[str]:
