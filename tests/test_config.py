@@ -558,7 +558,7 @@ def test_snakemake_names_the_overlay_file_and_line_before_any_job(tmp_path):
 @pytest.mark.parametrize("overlays,arm_jobs,value", [
     (["config/strong.yaml"], ("train_arm", 25), '"sample_budget": 49152'),  # 5 arms x 5 seeds
     (["config/study.yaml"], ("study_arm", 99), '"ns": [16, 64, 256, 512]'),  # every setting
-    (["config/study.yaml", "config/study_batch.yaml"], ("study_arm", 15), '"include": ["paper_comparison", ')])
+    (["config/study.yaml", "config/study_batch.yaml"], ("study_arm", 30), '"include": ["paper_comparison", ')])
 def test_overlay_command_plans_what_the_old_full_copy_planned(tmp_path, overlays, arm_jobs, value):
     """`snakemake --configfile config/config.yaml <overlays>` (the Snakefile's default config/config.yaml applies
     only without --configfile) plans the same jobs and commands as the old full file did."""
