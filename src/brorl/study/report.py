@@ -653,7 +653,7 @@ def _saturation_figure(premise, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(9.5, 4))
     for r in premise:
         colour = None
         for curve in r["curves"]:
@@ -668,7 +668,7 @@ def _saturation_figure(premise, path) -> None:
     ax.set_xlabel("generated samples (continued N=16)")
     ax.set_ylabel("pass@1 (exact)")
     ax.set_title("Does continued N=16 saturate?")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the curves, not over them
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
