@@ -402,6 +402,13 @@ def cmd_train_data(args) -> int:
     from brorl.data.training import MARKER, TrainDataSettings, hub_revisions, prepare_train_data
 
     cfg = json.loads(args.config)
+    if args.picked_tasks:  # rg_difficulty.pick: the rule's in-band tasks are the Reasoning Gym training tasks
+        from brorl.evaluation.rg_difficulty import apply_picked, picked_tasks
+
+        cfg["data"] = apply_picked(cfg["data"], picked_tasks(args.picked_tasks), "reasoning_gym_tasks",
+                                   "reasoning_gym_task_configs")
+        print(f"[train-data] Reasoning Gym tasks picked by {args.picked_tasks}: "
+              f"{', '.join(cfg['data']['reasoning_gym_tasks'])}", flush=True)
     with _run(args):
         _require_pins(args, cfg, hub_revisions(TrainDataSettings.from_dict(cfg.get("data"))),
                       "rl.data.revisions.<source>")
@@ -511,6 +518,11 @@ def cmd_prepare_benchmark(args) -> int:
             _require_pins(args, cfg, {args.name: (revision or spec.revision, None)},
                           f"evaluation.revisions.{args.name}")
         rg = (cfg.get("reasoning_gym") or {}) if spec.generated else {}  # evaluation.reasoning_gym (small profile)
+        if spec.generated and args.picked_tasks:  # rg_difficulty.pick: evaluate on the tasks the rule picked
+            from brorl.evaluation.rg_difficulty import apply_picked, picked_tasks
+
+            rg = apply_picked(rg, picked_tasks(args.picked_tasks), "tasks", "task_configs")
+            print(f"[prepare-benchmark] tasks picked by {args.picked_tasks}: {', '.join(rg['tasks'])}", flush=True)
         info = prepare_benchmark(args.name, cfg.get("source"), args.dest, revision=revision, **rg,
                                  log_fn=lambda msg: print(f"[prepare-benchmark] {msg}", flush=True))
         mlflow.set_tags({"benchmark_status": info["status"], "commit": str(info.get("commit")),
@@ -696,6 +708,7 @@ def main(argv: list[str] | None = None) -> int:
     _rule_args(p)
     p.add_argument("--out", required=True, help="results/data/rl: <source>/{train,validation}.jsonl + train_data.json")
     p.add_argument("--cache", default="resources/data/rl", help="raw snapshots and converted records")
+    p.add_argument("--picked-tasks", default=None, help="rg_difficulty's tasks table: train on its picked tasks")
     p.set_defaults(func=cmd_train_data)
 
     p = sub.add_parser("launch", help="run a command on every GPU: accelerate launch (one node) or srun per node")
@@ -734,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     _rule_args(p)
     p.add_argument("--name", required=True, help="aime24, ..., gpqa_diamond, ifeval, reasoning_gym, apps, ..., taco")
     p.add_argument("--dest", required=True, help="results/data/benchmarks/<name>/test.jsonl")
+    p.add_argument("--picked-tasks", default=None, help="rg_difficulty's tasks table: evaluate its picked tasks")
     p.set_defaults(func=cmd_prepare_benchmark)
 
     p = sub.add_parser("paper-table", help="a paper table or figure rebuilt from the MLflow runs")

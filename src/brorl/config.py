@@ -134,6 +134,16 @@ def cross_field_errors(config: dict) -> list[str]:
     if isinstance(scan, dict) and scan.get("model") not in (config.get("checkpoints", {}).get("fetch") or {}):
         errors.append(f"rg_difficulty.model: {scan.get('model')!r} is not a fetched checkpoint (checkpoints.fetch) "
                       "[rule: measured model exists]")
+    if isinstance(scan, dict) and scan.get("pick"):
+        data = (config.get("rl") or {}).get("data") or {}
+        for where, section, key in (("rl.data", data, "reasoning_gym_tasks"),
+                                    ("evaluation.reasoning_gym", (evaluation or {}).get("reasoning_gym") or {}, "tasks")):
+            if section.get(key):
+                errors.append(f"{where}.{key}: given while rg_difficulty.pick is true, which picks the tasks; omit it "
+                              "[rule: the tasks are declared once]")
+        if "reasoning_gym" not in (data.get("sources") or []):
+            errors.append("rg_difficulty.pick: rl.data.sources has no reasoning_gym to train the picked tasks "
+                          "[rule: picked tasks are trained]")
     return errors
 
 

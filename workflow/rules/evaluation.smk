@@ -37,6 +37,7 @@ if PAPER_BENCH:
             gated_token_check,
             pinned_input(lambda wc: BENCH_FILES[wc.benchmark], benchmark_revision,
                          lambda wc: f"evaluation.revisions.{wc.benchmark}"),
+            lambda wc: RG_PICKED if benchmark_spec(wc.benchmark).generated else [],
         output:
             "{bench_root}/{benchmark}/test.jsonl",
         wildcard_constraints:
@@ -47,6 +48,7 @@ if PAPER_BENCH:
                                            "reasoning_gym": config["evaluation"].get("reasoning_gym", {}),
                                            "revisions": {k: v for k, v in config["evaluation"].get("revisions", {}).items()
                                                          if k == wildcards.benchmark}}),
+            picked=lambda wildcards: RG_PICKED_ARG if benchmark_spec(wildcards.benchmark).generated else "",
         log:
             "logs/{bench_root}/{benchmark}.log",  # logs/results/data/benchmarks/<name>.log (or .../gated/...)
         benchmark:
@@ -57,7 +59,7 @@ if PAPER_BENCH:
         shell:
             "brorl prepare-benchmark --rule {params.rule} --config {params.cfg:q}"
             " --wildcard benchmark={wildcards.benchmark} --name {wildcards.benchmark}"
-            " --dest {output} 2>&1 | tee {log}"
+            " --dest {output}{params.picked} 2>&1 | tee {log}"
 
 EVAL_PER_MODEL = EVAL and config["evaluation"].get("backend", "hf") == "hf"
 EVAL_JOB = "{model}" if EVAL_PER_MODEL else "{model}/{benchmark}"

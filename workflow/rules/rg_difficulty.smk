@@ -1,8 +1,11 @@
 # The start model's pass rates on candidate Reasoning Gym tasks, and the tasks in BroRL's band (config section
 # `rg_difficulty`, small profile; brorl.evaluation.rg_difficulty). The model is a fetched checkpoint (its manifest
-# is the input). The picked tasks are read by a person into rl.data.reasoning_gym_tasks (README, "Small profile").
+# is the input). With rg_difficulty.pick the tasks it picks are the training tasks (train_data) and the evaluated
+# ones (benchmark_data): both read its tasks table (`--picked-tasks`); without it the table is only reported.
 RG_DIFFICULTY = ["results/data/rg_difficulty.csv", "results/data/rg_difficulty_tasks.csv"] if "rg_difficulty" in config else []
 DATA_OUTPUTS += RG_DIFFICULTY
+RG_PICKED = RG_DIFFICULTY[1:] if RG_DIFFICULTY and config["rg_difficulty"].get("pick") else []  # [] or [tasks csv]
+RG_PICKED_ARG = f" --picked-tasks {RG_PICKED[0]}" if RG_PICKED else ""
 
 if RG_DIFFICULTY:
 

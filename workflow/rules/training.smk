@@ -59,6 +59,7 @@ if PAPER_TRAIN_DATA:
             pinned_input(lambda wc: "results/data/rl/train_data.json",
                          lambda wc: hub_revisions(TrainDataSettings.from_dict(config["rl"]["data"])),
                          lambda wc: "rl.data.revisions.<source>"),
+            RG_PICKED,
         output:
             PAPER_TRAIN_DATA,
         params:
@@ -72,7 +73,7 @@ if PAPER_TRAIN_DATA:
             "../envs/brorl.yaml"
         shell:
             "brorl train-data --rule {params.rule} --config {params.cfg:q}"
-            " --out results/data/rl --cache resources/data/rl 2>&1 | tee {log}"
+            f" --out results/data/rl --cache resources/data/rl{RG_PICKED_ARG} 2>&1 | tee {{log}}"
 
 if PRORL_STAGE:
 

@@ -75,6 +75,29 @@ def pick(rows: Sequence[dict], low: float = BAND[0], high: float = BAND[1]) -> l
     return out
 
 
+def picked_tasks(path: str | Path) -> list[str]:
+    """The tasks the rule picked (``picked`` true in its tasks table), in the table's order; none picked is an error
+    naming the table, so no arm trains on tasks outside the band."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    tasks = [r["task"] for r in rows if r.get("picked") == "True"]
+    if not tasks:
+        measured = ", ".join(f"{r['task']} {float(r['mean_pass_rate']):.3f}" for r in rows) or "no rows"
+        raise ValueError(f"{path}: no task in BroRL's band (rg_difficulty.band) was picked ({measured}); change "
+                         "rg_difficulty.tasks or task_configs")
+    return tasks
+
+
+def apply_picked(section: dict, tasks: Sequence[str], tasks_key: str, configs_key: str) -> dict:
+    """A copy of a config section (rl.data or evaluation.reasoning_gym) whose Reasoning Gym task list is the picked
+    ``tasks`` and whose task configs are those of the picked tasks only."""
+    out = dict(section)
+    out[tasks_key] = list(tasks)
+    if out.get(configs_key):
+        out[configs_key] = {t: c for t, c in out[configs_key].items() if t in tasks}
+    return out
+
+
 def write_csv(path: str | Path, rows: Sequence[dict]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
