@@ -208,10 +208,10 @@ def test_training_data_takes_the_task_configs(tmp_path):
     assert len(records) == 4 and all('config={"max_digits": 1' in r["source"] for r in records)
 
 
-def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol):
+def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol, tmp_path):
     """The throughput study on chat-template prompts of Reasoning Gym records (benchmarks/
     bench_smollm2_throughput.py): every engine generates the same samples per N; the llama.cpp peer without
-    llama-cpp-python stops naming it."""
+    llama-cpp-python stops naming it, and with it (`make llama-cpp`) runs the same model as a GGUF."""
     import importlib.util
 
     from brorl.data.benchmarks import generate_reasoning_gym
@@ -228,6 +228,14 @@ def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol):
     if importlib.util.find_spec("llama_cpp") is None:
         with pytest.raises(RuntimeError, match="llama-cpp-python"):
             measure_throughput(folder, ns=(2,), total=2, engines=("llama_cpp",), records=records, progress=False)
+    else:
+        from smol import write_gguf
+
+        write_gguf(smol[1], tmp_path / "smol.gguf")
+        rows = measure_throughput(folder, ns=(2,), total=2, engines=("llama_cpp",), threads=1, max_tokens=4,
+                                  records=records, gguf=tmp_path / "smol.gguf", progress=False)
+        assert [(r["engine"], r["n_rollouts"], r["samples"]) for r in rows] == [("llama_cpp", 2, 2)]
+        assert 0 < rows[0]["mean_length"] <= 4
 
 
 def test_evaluation_reasoning_gym_sets_the_benchmark_problems(tmp_path):
