@@ -172,7 +172,7 @@ def test_snakemake_rejects_a_bad_config_before_any_job(tmp_path):
     proc = subprocess.run(
         ["snakemake", "--cores", "1", "--configfile", str(path), "--directory", str(out),
          "--snakefile", str(PROJECT_ROOT / "Snakefile")],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "theory.simulation.vocab_size" in text and "vocab_size >= 10001" in text
@@ -185,7 +185,7 @@ def test_cli_validate_config(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     proc = subprocess.run(["brorl", "validate-config", "--each", str(PROJECT_ROOT / "config/config.yaml"), str(path)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1
     assert "config.yaml: valid" in proc.stdout
     assert "n_rollouts[0]" in proc.stderr
@@ -196,7 +196,7 @@ def test_command_line_overrides_apply_to_the_default_profile():
     """`--config KEY=VALUE` without --configfile overrides the tiny defaults (and is validated too)."""
     proc = subprocess.run(
         ["snakemake", "-n", "--cores", "1", "--config", "profile={name: huge}"],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120)
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "--config: profile.name: 'huge' is not one of" in text  # named by where it came from
@@ -209,7 +209,7 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
     proc = subprocess.run(
         ["snakemake", "-n", "--configfile", str(PROJECT_ROOT / "config/paper.yaml"), "--directory", str(tmp_path),
          "--snakefile", str(PROJECT_ROOT / "Snakefile")],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     counts = {}
     for line in proc.stdout.splitlines():
@@ -243,7 +243,7 @@ def test_cluster_profiles_plan_the_paper_dag_with_resources_from_the_profile(pro
     proc = subprocess.run(
         ["snakemake", "-n", "--configfile", str(PROJECT_ROOT / "config/paper.yaml"), "--profile",
          str(PROJECT_ROOT / profile), "--directory", str(tmp_path), "--snakefile", str(PROJECT_ROOT / "Snakefile")],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     blocks = proc.stdout.split("\nrule ")
     evaluate = [b for b in blocks if b.startswith("evaluate:")]
@@ -271,7 +271,7 @@ def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
         ["snakemake", "-n", "--configfile", str(PROJECT_ROOT / "config/paper.yaml"),
          str(PROJECT_ROOT / "config/paper_study.yaml"), "--profile", str(PROJECT_ROOT / "profiles/slurm"),
          "--directory", str(tmp_path), "--snakefile", str(PROJECT_ROOT / "Snakefile"), "results/study/summary.md"],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     blocks = proc.stdout.split("\nrule ")
     arms = [b for b in blocks if b.startswith("study_arm:")]
@@ -500,7 +500,7 @@ def test_an_overlay_alone_says_it_needs_its_base():
 
 
 def _validate_cli(*args):
-    return subprocess.run(["brorl", "validate-config", *map(str, args)], capture_output=True, text=True, timeout=60)
+    return subprocess.run(["brorl", "validate-config", *map(str, args)], capture_output=True, text=True, timeout=600)
 
 
 def test_cli_checks_every_file_and_reports_each_without_a_traceback(tmp_path):
@@ -537,7 +537,7 @@ def _plan(tmp_path, *configfiles):
     return subprocess.run(
         ["snakemake", "-n", "--configfile", *map(str, configfiles), "--directory", str(tmp_path),
          "--snakefile", str(PROJECT_ROOT / "Snakefile")],
-        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=180)
+        capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
 
 
 def test_snakemake_names_the_overlay_file_and_line_before_any_job(tmp_path):

@@ -81,7 +81,7 @@ def test_slurm_several_nodes_runs_one_launcher_per_node():
 def test_cli_dry_run_takes_the_command_after_double_dash():
     proc = subprocess.run([sys.executable, "-m", "brorl.cli", "launch", "--accelerate-config", "cpu",
                            "--processes-per-node", "2", "--dry-run", "--", *TRAIN],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     cmd = json.loads(proc.stdout)
     assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[-len(TRAIN) + 1:] == TRAIN[1:]
