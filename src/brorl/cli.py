@@ -89,8 +89,8 @@ def _arm_flags(arm: str, data: str | None, results: str) -> list[tuple[str, dict
 
 def _arm(a, f):
     """train-arm, study-arm: their run is opened by the main process only (brorl.training.arms.run_rule_arm)."""
-    return f(_config(a), a.init, a.data, a.work, a.model_out, a.results, arm=a.arm, seed=a.seed,
-             source=_profile(a).data, open_run=lambda params: _run(a, params=params))
+    f(_config(a), a.init, a.data, a.work, a.model_out, a.results, arm=a.arm, seed=a.seed, source=_profile(a).data,
+      open_run=lambda params: _run(a, params=params))
 
 
 def _evaluate(a, f):
@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     c, function = COMMANDS[args.command], target(args.command)
     if c.run != "rule":
-        return c.call(args, function) or 0
+        status = c.call(args, function)  # an exit status (validate-config, launch) or what the step returns
+        return status if isinstance(status, int) else 0
     with _run(args):
         c.call(args, function)
     return 0
