@@ -108,12 +108,6 @@ def _train_data(a, f):
         f(config, a.out, a.cache, pins_required=_profile(a).pins_required)
 
 
-def _launch_args(p: argparse.ArgumentParser) -> None:
-    from brorl.training.launch import add_arguments
-
-    add_arguments(p)
-
-
 COMMANDS = {  # in `brorl --help` order
     "validate-config": cmd(
         "validate config files (a base and its overlays) against the schema",
@@ -171,7 +165,8 @@ COMMANDS = {  # in `brorl --help` order
         opt("--picked-tasks", default=None, help="rg_difficulty's tasks table: train on its picked tasks"), run="own"),
     "launch": cmd(
         "run a command on every GPU: accelerate launch (one node) or srun per node",
-        "brorl.training.launch:main", lambda a, f: f(a), run=None, setup=_launch_args),
+        "brorl.training.launch:main", lambda a, f: f(a), run=None,
+        setup=lambda p: importlib.import_module("brorl.training.launch").add_arguments(p)),
     "train-summary": cmd(
         "results/train/summary.md over every arm and seed", "brorl.training.report:run_train_summary",
         lambda a, f: f(a.results, a.md, a.csv, a.png, prorl_dir=a.prorl), *req("--results", help="results/train"),
