@@ -50,3 +50,20 @@ def test_a_command_exits_0_whatever_its_step_returns(monkeypatch):
                      "--seed", "2", "--init", "i", "--data", "d", "--work", "w", "--model-out", "m",
                      "--results", "r"]) == 0
     assert seen == {"rl": {"a": 1}, "folders": ("i", "d", "w", "m", "r"), "arm": "n16", "seed": 2, "source": "tasks"}
+
+
+def test_under_launch_the_other_ranks_train_without_an_mlflow_run(tmp_path, monkeypatch):
+    """`brorl launch -- brorl train-arm ...`: a process with RANK > 0 runs the stages quietly and opens no run."""
+    from brorl.training import arms
+
+    calls = []
+    monkeypatch.setattr(arms, "run_arm", lambda *args, **kwargs: calls.append((args, kwargs)) or {"arm": "prorl"})
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train-arm", "--rule", "prorl_stage", "--profile", "tiny", "--config",
+                     '{"recipe": {"eta0": 0.1}, "prorl": {"n_rollouts": 4}}', "--tracking",
+                     f'{{"uri": "sqlite:///{tmp_path}/mlflow.db"}}', "--arm", "prorl", "--init", "i", "--data", "d",
+                     "--work", "w", "--model-out", "m", "--results", "r"]) == 0
+    assert calls == [(("i", "d", "w", [{"eta0": 0.1, "n_rollouts": 4}], "m", "r"),
+                      {"arm": "prorl", "seed": 0, "progress": False, "source": "tasks"})]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "r").exists()
