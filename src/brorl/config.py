@@ -20,6 +20,7 @@ import copy
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -389,6 +390,28 @@ def load_config(*paths: str | Path, schema: str | Path | dict = SCHEMA_PATH) -> 
     if errors:
         raise ConfigError(errors)
     return validate_config(merge_configs(f.data for f in files), schema, files)
+
+
+def check_config_files(paths, each: bool = False) -> int:
+    """``brorl validate-config``: check config files, by default together, merged in order as `snakemake
+    --configfile FILE...` merges them (a base and its overlays); with ``each``, every file on its own. Every file
+    is read even when an earlier one is bad; errors name the file and line; returns 1 if anything is bad."""
+    groups = [[path] for path in paths] if each else [list(paths)]
+    status = 0
+    for group in groups:
+        label = " + ".join(group)
+        files, errors = read_config_files(group)
+        if not errors:
+            try:
+                validate_config(merge_configs(f.data for f in files), sources=files)
+            except ConfigError as err:
+                errors += err.errors
+        if errors:
+            print(f"{label}: invalid\n  " + "\n  ".join(errors), file=sys.stderr)
+            status = 1
+        else:
+            print(f"{label}: valid")
+    return status
 
 
 def validate_workflow_config(config: dict, configfiles, overrides: Mapping | None = None,

@@ -7,6 +7,8 @@ consumed, so that every table cell and figure can be traced back to the run (and
 The default store is a sqlite file inside the project (``sqlite:///mlflow.db``) with artifacts under
 ``mlartifacts/``: no server is needed, and ``mlflow ui --backend-store-uri sqlite:///mlflow.db`` shows the
 runs. ``MLFLOW_TRACKING_URI`` in the environment overrides the configured store.
+
+The DVC side of the artifacts (``brorl dvc-track``, ``brorl pull``) is here too: :func:`dvc_track`, :func:`pull`.
 """
 
 from __future__ import annotations
@@ -172,3 +174,46 @@ def log_curves(curves: dict[str, list[float]], step_offset: int = 0) -> None:
                 batch = []
     if batch:
         client.log_batch(run_id, metrics=batch)
+
+
+def numeric_metrics(d: dict, prefix: str = "") -> dict[str, float]:
+    """Flatten a nested dict of numbers into MLflow metric names (keys sanitised; non-numbers left out)."""
+    out = {}
+    for key, value in d.items():
+        name = prefix + "".join(c if c.isalnum() or c in "_-./ " else "_" for c in str(key))
+        if isinstance(value, dict):
+            out.update(numeric_metrics(value, name + "/"))
+        elif isinstance(value, (int, float)):
+            out[name] = float(value)
+    return out
+
+
+def log_artifacts(*paths: str | Path | None, artifact_path: str | None = None, existing: bool = False) -> None:
+    """Log files to the active run (``None`` or empty skipped; with ``existing``, so are files that are not there)."""
+    import mlflow
+
+    for path in paths:
+        if path and (not existing or Path(path).exists()):
+            mlflow.log_artifact(str(path), artifact_path=artifact_path)
+
+
+def dvc_track(paths: list[str], push: bool = False) -> None:
+    """`dvc add` the given output folders (writing <folder>.dvc) and optionally push them."""
+    subprocess.run(["dvc", "add", "--quiet", *paths], check=True)
+    if push:
+        subprocess.run(["dvc", "push", "--quiet", *[f"{p}.dvc" for p in paths]], check=True)
+    print(f"[dvc-track] tracked {', '.join(paths)}" + (" and pushed" if push else ""))
+
+
+def pull(targets: list[str], configfile: list[str] | None = None) -> None:
+    """`dvc pull`, then mark the restored outputs up to date for Snakemake.
+
+    A fresh clone has no .snakemake metadata and `dvc pull` writes files with fresh mtimes in arbitrary
+    order, so without `--touch` Snakemake would plan to rebuild outputs that were just restored.
+    """
+    subprocess.run(["dvc", "pull", *targets], check=True)
+    cmd = ["snakemake", "--touch", "--cores", "1", "--quiet", "all"]
+    if configfile:
+        cmd += ["--configfile", *configfile]
+    subprocess.run(cmd, check=True)
+    print("[pull] outputs restored and marked up to date; `snakemake -n` should report nothing to do")

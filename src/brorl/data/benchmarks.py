@@ -828,6 +828,35 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | hub.HubClient 
             "snapshot_checked": snapshot_meta is not None, "report": report, "fetch": fetched}
 
 
+def run_prepare_benchmark(config: Mapping, name: str, dest_jsonl: str | os.PathLike[str],
+                          picked_tasks: str | os.PathLike[str] | None = None, *, pins_required: bool) -> dict:
+    """``brorl prepare-benchmark``: a paper benchmark as JSONL, fetched at its pinned revision (``config``:
+    ``revisions``, ``source``, ``allow_unpinned``; :func:`brorl.data.hub.require_pins`) or generated (Reasoning
+    Gym: ``config["reasoning_gym"]``, its tasks replaced by rg_difficulty's picked ones when ``picked_tasks``);
+    the status, pins and record count logged to the rule's MLflow run."""
+    import mlflow
+
+    revision = (config.get("revisions") or {}).get(name)
+    spec = benchmark_spec(name)
+    if not spec.generated:
+        hub.require_pins(config, {name: (revision or spec.revision, None)}, f"evaluation.revisions.{name}",
+                         pins_required=pins_required)
+    rg = (config.get("reasoning_gym") or {}) if spec.generated else {}  # evaluation.reasoning_gym (small profile)
+    if spec.generated and picked_tasks:  # rg_difficulty.pick: evaluate on the tasks the rule picked
+        from brorl.evaluation.rg_difficulty import apply_picked, picked_tasks as read_picked
+
+        rg = apply_picked(rg, read_picked(picked_tasks), "tasks", "task_configs")
+        print(f"[prepare-benchmark] tasks picked by {picked_tasks}: {', '.join(rg['tasks'])}", flush=True)
+    info = prepare_benchmark(name, config.get("source"), dest_jsonl, revision=revision, **rg,
+                             log_fn=lambda msg: print(f"[prepare-benchmark] {msg}", flush=True))
+    mlflow.set_tags({"benchmark_status": info["status"], "commit": str(info.get("commit")),
+                     "sha256": str(info.get("sha256"))})
+    mlflow.log_metrics({"n_records": float(info["n_records"])})
+    mlflow.log_artifact(info["meta"])
+    print(f"[prepare-benchmark] {name}: {info['status']}, {info['n_records']} records -> {dest_jsonl}")
+    return info
+
+
 def _main(argv: Sequence[str]) -> int:
     if len(argv) == 3 and argv[0] == "--generate-reasoning-gym":
         params = json.loads(Path(argv[1]).read_text())

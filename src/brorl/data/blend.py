@@ -119,3 +119,17 @@ def write_blend_table(csv: str | os.PathLike[str], md: str | os.PathLike[str],
         lines.append("| " + " | ".join("" if pd.isna(row[c]) else str(row[c]).replace("|", "/") for c in cols) + " |")
     Path(md).write_text("\n".join(lines) + "\n")
     return frame
+
+
+def run_data_blend(csv: str | os.PathLike[str], md: str | os.PathLike[str]):
+    """``brorl data-blend``: :func:`write_blend_table`, its counts and files logged to the rule's MLflow run."""
+    import mlflow
+
+    frame = write_blend_table(csv, md)
+    train = frame[frame["role"] == "train"]
+    mlflow.log_metrics({"train_entries": len(train), "train_size_paper": float(train["size_paper"].sum()),
+                        "eval_entries": int((frame["role"] == "eval").sum())})
+    mlflow.log_artifact(csv)
+    mlflow.log_artifact(md)
+    print(f"[data-blend] wrote {csv} ({len(frame)} entries)")
+    return frame

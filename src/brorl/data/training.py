@@ -168,6 +168,41 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
     return marker
 
 
+def with_picked_tasks(config: dict, picked_tasks: str | os.PathLike[str] | None) -> dict:
+    """``brorl train-data --picked-tasks``: rg_difficulty.pick's in-band tasks (its tasks table) become the
+    Reasoning Gym training tasks of ``config["data"]``; ``config`` as is without a table."""
+    if not picked_tasks:
+        return config
+    from brorl.evaluation.rg_difficulty import apply_picked, picked_tasks as read_picked
+
+    config = {**config, "data": apply_picked(config["data"], read_picked(picked_tasks), "reasoning_gym_tasks",
+                                             "reasoning_gym_task_configs")}
+    print(f"[train-data] Reasoning Gym tasks picked by {picked_tasks}: "
+          f"{', '.join(config['data']['reasoning_gym_tasks'])}", flush=True)
+    return config
+
+
+def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str | os.PathLike[str], *,
+                   pins_required: bool) -> dict:
+    """``brorl train-data``: the pin check (:func:`brorl.data.hub.require_pins`), then :func:`prepare_train_data`
+    of ``config["data"]`` from ``config["source"]``; per-source counts and commits logged to the rule's MLflow run."""
+    import mlflow
+
+    from brorl.data.hub import require_pins
+
+    require_pins(config, hub_revisions(TrainDataSettings.from_dict(config.get("data"))), "rl.data.revisions.<source>",
+                 pins_required=pins_required)
+    marker = prepare_train_data(out_dir, config.get("data"), source=config.get("source"), cache_dir=cache_dir,
+                                log_fn=lambda msg: print(f"[train-data] {msg}", flush=True))
+    for name, info in marker["sources"].items():
+        mlflow.log_metrics({f"{name}/n_train": float(info["n_train"]),
+                            f"{name}/n_validation": float(info["n_validation"]),
+                            **{f"{name}/n_skipped_{k}": float(v) for k, v in info["skipped"].items()}})
+        mlflow.set_tag(f"{name}/commit", str(info["commit"]))
+    mlflow.log_artifact(str(Path(out_dir) / MARKER))
+    return marker
+
+
 # --------------------------------------------------------------------------------------------------- reward
 
 def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> list[float]:
@@ -221,6 +256,6 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
     return paper_reward
 
 
-__all__ = ["TrainDataSettings", "prepare_train_data", "paper_rewards",
+__all__ = ["TrainDataSettings", "prepare_train_data", "run_train_data", "with_picked_tasks", "paper_rewards",
            "make_paper_reward", "hub_revisions", "is_paper_record", "split_records",
            "training_record", "MARKER"]

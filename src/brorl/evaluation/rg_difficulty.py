@@ -105,3 +105,27 @@ def write_csv(path: str | Path, rows: Sequence[dict]) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+
+
+def run_rg_difficulty(config: dict, model_dir: str | Path, csv_path: str | Path, tasks_csv: str | Path) -> list[dict]:
+    """``brorl rg-difficulty``: :func:`measure` the configured tasks (config: tasks, prompts, k, max_new_tokens,
+    temperature, seed, band, task_configs), :func:`pick` those in the band; both tables written and logged to the
+    rule's MLflow run. Returns the per-task rows."""
+    import mlflow
+
+    t0 = time.perf_counter()
+    rows = measure(model_dir, config["tasks"], prompts=config["prompts"], k=config["k"],
+                   max_new_tokens=config["max_new_tokens"], temperature=config["temperature"], seed=config["seed"],
+                   task_configs=config.get("task_configs"))
+    seconds = time.perf_counter() - t0
+    tasks = pick(rows, *config["band"])
+    write_csv(csv_path, rows)
+    write_csv(tasks_csv, tasks)
+    mlflow.log_metrics({"seconds": seconds, "tasks_picked": sum(t["picked"] for t in tasks),
+                        **{f"pass_rate.{t['task']}": t["mean_pass_rate"] for t in tasks}})
+    mlflow.log_artifact(csv_path)
+    mlflow.log_artifact(tasks_csv)
+    for t in tasks:
+        print(f"[difficulty] {t['task']}: mean pass rate {t['mean_pass_rate']:.3f}, mixed prompts "
+              f"{t['mixed_share']:.2f}, truncated {t['truncated_share']:.2f} -> {'picked' if t['picked'] else '-'}")
+    return tasks

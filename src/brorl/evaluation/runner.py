@@ -291,6 +291,41 @@ def evaluate(model_dir: str | Path, benchmark: str, data_dir: str | Path, out_js
     return result
 
 
+def run_evaluate(config: dict, model_dir: str | Path, benchmark: str, data_dir: str | Path, out_json: str | Path,
+                 cache_dir: str | Path | None = None) -> dict:
+    """``brorl evaluate``, one benchmark, inside its MLflow run: :func:`evaluate` with the config's settings (k,
+    temperature, seed, batch_size, limit, threads, max_gen_toks, backend, backend_args, device, dtype); a gated
+    benchmark's completions kept local (brorl.data.benchmarks.keep_gated_local, tagged ``gated_records_local``);
+    the metrics (per category too), hashes and result JSON logged."""
+    import mlflow
+
+    from brorl.data.benchmarks import keep_gated_local
+    from brorl.tracking import numeric_metrics
+
+    cfg = config
+    out = evaluate(model_dir, benchmark, data_dir, out_json, k=cfg.get("k"), temperature=cfg.get("temperature"),
+                   seed=cfg.get("seed", 1234), batch_size=cfg.get("batch_size", 256), cache_dir=cache_dir,
+                   limit=cfg.get("limit") or None, threads=cfg.get("threads") or None,
+                   max_gen_toks=cfg.get("max_gen_toks") or None, backend=cfg.get("backend", "hf"),
+                   backend_args=cfg.get("backend_args"), device=cfg.get("device", "cpu"),
+                   dtype=cfg.get("dtype", "float32"))
+    local = keep_gated_local(benchmark, out_json, share_gated=bool(cfg.get("share_gated")))
+    if local is not None:  # gated (GPQA): completions stay local, the result keeps scores and hashes
+        mlflow.set_tag("gated_records_local", str(local))
+    metrics = dict(out["metrics"])
+    for category, values in out.get("categories", {}).items():
+        metrics.update({f"category/{category}/{key}": value for key, value in values.items()})
+    mlflow.log_metrics({**numeric_metrics(metrics), "seconds": float(out["seconds"]), "cached": float(out["cached"])})
+    mlflow.set_tags({"model_hash": out["model_hash"], "task_hash": out["task_hash"]})
+    mlflow.log_artifact(out_json)
+    m, k = out["metrics"], out["k"]
+    top = max((int(key[8:]) for key in m if key.startswith("pass_at_")), default=k)
+    print(f"[evaluate] {model_dir} on {benchmark}: mean@{k} {m['mean_at_k']:.4f}, pass@{top} "
+          f"{m[f'pass_at_{top}']:.4f} over {int(m['n_problems'])} problems{' (cached)' if out['cached'] else ''}"
+          f" -> {out_json}")
+    return out
+
+
 def _summary(m: dict) -> str:
     keys = ["mean_at_k"] + [metric_name(j) for j in powers_of_two(int(m.get("n_samples", 1)))]
     return ", ".join(f"{key} {m[key]:.4f}" for key in keys if key in m)

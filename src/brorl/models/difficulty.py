@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from brorl.models.settings import DifficultySettings
-from brorl.tasks.core import format_prompt, max_new_tokens, strip_completion, verify
+from brorl.tasks.core import format_prompt, max_new_tokens, read_split, strip_completion, verify
 
 BINS = ("=0", "(0,1/64)", "[1/64,1/16)", "[1/16,1/4)", "[1/4,3/4)", "[3/4,1)", "=1")
 TAIL_LO, TAIL_HI = 1.0 / 512, 1.0 / 16
@@ -156,3 +156,25 @@ def plot_difficulty(df, png_path, title: str | None = None, column: str = "pass_
     plt.close(fig)
     overall = hist.iloc[0]
     return {k: float(overall[k]) for k in hist.columns if k not in ("group",)}
+
+
+def run_difficulty(config: dict, model_dir, data_dir, csv_path, png_path, title: str = "checkpoint"):
+    """``brorl difficulty``: per-prompt pass rates of a checkpoint on the validation split (``csv_path``) and their
+    histogram (``png_path``); the means and bin shares logged to the rule's MLflow run. Returns the table."""
+    import mlflow
+
+    from brorl.tracking import numeric_metrics
+
+    records = read_split(data_dir, "validation", config["tasks"]["tasks"])
+    t0 = time.perf_counter()
+    frame = estimate_difficulty(model_dir, records, settings=config["difficulty"])
+    seconds = time.perf_counter() - t0
+    frame.to_csv(csv_path, index=False)
+    shares = plot_difficulty(frame, png_path, title=f"{title}: per-prompt pass rate")
+    mlflow.log_metrics({"seconds": seconds, "pass_rate_mean": float(frame["pass_rate"].mean()),
+                        "q_pos_exact_mean": float(frame["q_pos_exact"].mean()), **numeric_metrics(shares)})
+    mlflow.log_artifact(csv_path)
+    mlflow.log_artifact(png_path)
+    print(f"[difficulty] {model_dir}: mean pass rate {frame['pass_rate'].mean():.3f} over {len(frame)} "
+          f"prompts in {seconds:.1f} s -> {csv_path}")
+    return frame

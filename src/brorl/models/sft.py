@@ -342,6 +342,20 @@ def train_sft(data_dir: str | Path, out_dir: str | Path, sft_settings: SFTSettin
     return metrics
 
 
+def run_sft(config: dict, data_dir: str | Path, out_dir: str | Path) -> dict:
+    """``brorl sft``: :func:`train_sft` with the config's ``sft`` and ``tasks`` sections; its numeric metrics and
+    the model folder's small files logged to the rule's MLflow run."""
+    import mlflow
+
+    metrics = train_sft(data_dir, out_dir, config["sft"], config["tasks"])
+    mlflow.log_metrics({k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})
+    for name in ("config.json", "tokenizer.json", "chat_template.jinja", "training_info.json"):
+        if (Path(out_dir) / name).exists():
+            mlflow.log_artifact(str(Path(out_dir) / name), artifact_path="model")
+    print(f"[sft] wrote {out_dir}: " + ", ".join(f"{k}={v}" for k, v in metrics.items() if isinstance(v, (int, float))))
+    return metrics
+
+
 def load_model(model_dir: str | Path, threads: int = 0, attn_implementation: str | None = "eager"):
     """(model, tokenizer) from an HF folder, offline, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -355,4 +369,4 @@ def load_model(model_dir: str | Path, threads: int = 0, attn_implementation: str
     return model, tok
 
 
-__all__ = ["build_model", "train_sft", "load_model", "save_model_folder", "evaluate_exact", "ExampleStream"]
+__all__ = ["build_model", "train_sft", "run_sft", "load_model", "save_model_folder", "evaluate_exact", "ExampleStream"]

@@ -229,3 +229,45 @@ def metrics(end: dict, start: dict, ks=DEFAULT_K) -> dict:
 def save(path: str | Path, start: dict, end: dict) -> None:
     np.savez(path, p_start=start["p"], p_end=end["p"], task=end["task"], ids=end["ids"],
              answer_probs_start=start["answer_probs"], answer_probs_end=end["answer_probs"])
+
+
+def run_study_arm(config: dict, init_model_dir, data_dir, work_dir, model_out, results_out, *, arm: str, seed: int,
+                  source: str | None, open_run) -> None:
+    """``brorl study-arm``: one arm of the N-scaling study (or its later start): ``config["stages"]`` for
+    ``seed`` in the rule's MLflow run (brorl.training.arms.run_rule_arm), then, unless ``heldout`` is false,
+    the held-out metrics of the end model against the start model (:func:`log_heldout`) in the same run."""
+    from brorl.training.arms import run_rule_arm
+
+    stages = [{**st, "seed": seed} for st in config["stages"]]
+
+    def heldout(summary):
+        log_heldout(config, init_model_dir, data_dir, model_out, results_out, arm=arm, seed=seed)
+
+    run_rule_arm(init_model_dir, data_dir, work_dir, stages, model_out, results_out, arm=arm, seed=seed,
+                 source=source, open_run=open_run, after=heldout if config.get("heldout", True) else None)
+
+
+def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, *, arm: str, seed: int) -> dict:
+    """Held-out metrics of ``model_out`` against ``init_model_dir``: exact p on the test split (the tiny study), or
+    sampled by ``config["heldout_settings"]`` (the paper data; the start model's kept in ``heldout_cache``);
+    ``heldout.npz`` and ``heldout.json`` written beside the arm's results and logged to the active MLflow run."""
+    import mlflow
+
+    from brorl.tracking import numeric_metrics
+
+    settings = config.get("heldout_settings")
+    if settings is None:  # the tiny study: exact p on the test split
+        start, end = probabilities(init_model_dir, data_dir), probabilities(model_out, data_dir)
+    else:
+        start = measure_cached(init_model_dir, data_dir, settings, config.get("heldout_cache"))
+        end = measure(model_out, data_dir, settings)
+    out = metrics(end, start, ks=config.get("heldout_k") or DEFAULT_K)
+    results = Path(results_out)
+    save(results / "heldout.npz", start, end)
+    (results / "heldout.json").write_text(json.dumps(out, indent=1) + "\n")
+    mlflow.log_metrics(numeric_metrics(out, "heldout/"))
+    mlflow.log_artifact(str(results / "heldout.json"))
+    a = out["all"]
+    print(f"[study] {arm} seed {seed}: held-out mean@k {a['mean_at_k']:.4f}, pass@256 "
+          f"{a.get('pass@256', float('nan')):.4f}, zero share {a['histogram'].get('zero', float('nan')):.3f}")
+    return out

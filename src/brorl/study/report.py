@@ -179,6 +179,22 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
     return verdicts
 
 
+def run_study_summary(config: dict, results_dir, md_path, csv_path, png_delta, png_base, *,
+                      profile: str | None = None) -> dict:
+    """``brorl study-summary``: :func:`write_summary` from the config's ``rl``, ``study`` and ``order``; each
+    setting's Δ and every file written (the figures beside ``md_path`` too) logged to the rule's MLflow run."""
+    import mlflow
+
+    from brorl.tracking import log_artifacts
+
+    verdicts = write_summary(config["rl"], config["study"], results_dir, md_path, csv_path, png_delta, png_base,
+                             order=config.get("order"), profile=profile)
+    mlflow.log_metrics({f"delta/{k}": v["delta"] for k, v in verdicts.items()})
+    beside = [str(Path(md_path).parent / name) for name in ("budget.png", "saturation.png")]
+    log_artifacts(md_path, csv_path, png_delta, png_base, *beside)
+    return verdicts
+
+
 def effect(plus: list[list[dict]], minus: list[list[dict]], scale: float = 1.0) -> dict:
     """A contrast of arms on held-out p: scale x (sum of ``plus`` arms - sum of ``minus`` arms), per prompt
     (p averaged over seeds) with a one-sample t-test over prompts, and per seed (seeds present in every arm)."""

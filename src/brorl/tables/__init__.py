@@ -34,5 +34,32 @@ def build_all(*, tracking_uri: str, experiment: str, profile: str, tables_dir="r
     return out
 
 
+def run_paper_table(config: dict, name: str, *, tracking: dict, profile: str, csv=None, md=None, cells=None,
+                    png=None, source=None) -> dict:
+    """``brorl paper-table``: one table (csv, md, cells) or figure (png, csv) from the runs in the store of
+    ``tracking`` (brorl.tracking.tracking_settings), for ``profile``; ``figure3`` files the theory stage's figure
+    (``source``). ``config``: the tables' plan. Its headline numbers, source runs and files go to the rule's
+    MLflow run; the gaps are printed."""
+    import mlflow
+
+    from brorl.tracking import log_artifacts, numeric_metrics, tracking_settings
+
+    store = tracking_settings(tracking)
+    common = dict(tracking_uri=store["uri"], experiment=store["experiment"], profile=profile)
+    if name == "figure3":  # the theory stage's figure, filed with the paper's tables
+        out = file_theory_figure(source, png, **common)
+    elif name in FIGURES:
+        out = build_figure(name, out_png=png, out_csv=csv, plan=config, **common)
+    else:
+        out = build_table(name, out_csv=csv, out_md=md, out_cells=cells, plan=config, **common)
+    mlflow.log_metrics(numeric_metrics(out.get("metrics", {})))
+    mlflow.set_tag("source_runs", ",".join(sorted(set(out.get("run_ids", []))))[:5000])
+    log_artifacts(csv, md, cells, png, existing=True)
+    gaps = out.get("gaps", [])
+    print(f"[paper-table] {name}: {len(set(out.get('run_ids', [])))} source runs, {len(gaps)} gap(s)"
+          + "".join(f"\n  gap: {g}" for g in gaps[:10]))
+    return out
+
+
 __all__ = ["TABLES", "FIGURES", "Plan", "RunStore", "build_all", "build_figure", "build_table", "file_theory_figure",
-           "load_reference", "make_table", "paper_row"]
+           "load_reference", "make_table", "paper_row", "run_paper_table"]

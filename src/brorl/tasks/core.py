@@ -217,6 +217,17 @@ def write_splits(out_dir: str | Path, settings: TaskSettings | dict | None = Non
     return metrics
 
 
+def run_tasks_generate(out_dir: str | Path, settings: TaskSettings | dict | None = None) -> dict:
+    """``brorl tasks-generate``: :func:`write_splits`, its counts and ``tasks.json`` logged to the rule's MLflow run."""
+    import mlflow
+
+    metrics = write_splits(out_dir, settings)
+    mlflow.log_metrics({k.replace("@", "_"): float(v) for k, v in metrics.items()})
+    mlflow.log_artifact(str(Path(out_dir) / "tasks.json"))
+    print(f"[tasks] wrote {out_dir}: " + ", ".join(f"{k}={v}" for k, v in metrics.items() if k.endswith("/n")))
+    return metrics
+
+
 def max_new_tokens(settings: TaskSettings | None = None, tasks: Iterable[str] | None = None) -> int:
     """A generation length that always fits an answer plus the end token (answers are 1 char/token).
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -338,3 +339,62 @@ def _plot_sweep(table: pd.DataFrame, path, n_final, pred) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# The theory rules' steps (`brorl theory-*`): each writes its outputs and logs them to the rule's MLflow run.
+
+def run_theory_simulate(config: dict, csv_path) -> None:
+    """``brorl theory-simulate``: the Figure-3 grid -> ``csv_path``; per-step mean curves and wall time logged."""
+    import mlflow
+
+    from brorl.theory.simulation import results_frame, run_grid
+    from brorl.tracking import log_curves
+
+    settings = SimulationSettings.from_dict(config)
+    t0 = time.perf_counter()
+    frame = results_frame(run_grid(settings))
+    seconds = time.perf_counter() - t0
+    Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(csv_path, index=False)
+    means = frame.groupby(["n_rollouts", "step"]).mean(numeric_only=True)
+    log_curves({f"{metric}/n{n}": means.loc[n][metric].tolist() for n in settings.n_rollouts for metric in METRICS})
+    mlflow.log_metric("wall_seconds", seconds)
+    mlflow.log_artifact(csv_path)
+    print(f"[theory-simulate] wrote {csv_path} ({len(frame)} rows) in {seconds:.1f} s")
+
+
+def run_theory_figure3(config: dict, csv_path, figure, summary_md, summary_csv) -> None:
+    """``brorl theory-figure3``: Figure 3 and the summary table from the simulation; the table's means logged."""
+    import mlflow
+
+    from brorl.tracking import log_artifacts
+
+    settings = SimulationSettings.from_dict(config["simulation"])
+    frame = pd.read_csv(csv_path)
+    plot_figure3(frame, figure)
+    table = write_summary(frame, config["summary_steps"], summary_md, summary_csv, settings)
+    for _, row in table.iterrows():
+        n = int(row["n_rollouts"])
+        mlflow.log_metrics({f"{k.replace('@', '_at_')}/n{n}": float(v) for k, v in row.items()
+                            if k != "n_rollouts" and "_sd@" not in k})
+    log_artifacts(figure, summary_md, summary_csv)
+    print(f"[theory-figure3] wrote {figure}, {summary_md}")
+
+
+def run_theory_sweep(config: dict, csv_path, md_path, png_path) -> None:
+    """``brorl theory-sweep``: the extended N sweep with Lemma 2's predictions; the smallest N found logged."""
+    import mlflow
+
+    from brorl.theory.simulation import results_frame, run_grid
+    from brorl.tracking import log_artifacts
+
+    settings = SimulationSettings.from_dict(config["simulation"])
+    sweep = config["extended_sweep"]
+    n_values = sweep_n_values(sweep["n_min"], sweep["n_max"])
+    t0 = time.perf_counter()
+    frame = results_frame(run_grid(settings, n_values=n_values, seeds=sweep["seeds"], steps=sweep["steps"]))
+    found = write_sweep(frame, settings, csv_path, md_path, png_path)
+    mlflow.log_metrics({k: float(v) if v is not None else float("nan") for k, v in found.items()})
+    mlflow.log_metric("wall_seconds", time.perf_counter() - t0)
+    log_artifacts(csv_path, md_path, png_path)
+    print(f"[theory-sweep] {found}")

@@ -307,3 +307,65 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
               f"{summary['validation_pass1_end']:.4f}, {summary['generated_samples']} samples, "
               f"{summary['wall_time_s']:.0f}s", flush=True)
     return summary
+
+
+# `brorl train-arm` and `brorl study-arm`: one arm inside the rule's MLflow run.
+
+CURVES = ("reward_mean", "dynamic_sampling_pass_rate", "generated_samples", "kept_prompts", "generation_samples_per_s",
+          "training_tokens_per_s", "entropy", "kl", "clip_ratio_low", "clip_ratio_high", "response_length_mean",
+          "wall_time_s", "arm_generated_samples", "learning_rate", "loss", "grad_norm")
+"""metrics.csv columns logged as per-step curves (step = arm step)."""
+PROBES = ("probe_q_pos_mean", "probe_q_pos_tail_mean", "probe_q_pos_zero_fraction", "probe_frac_correct_improved",
+          "probe_worst_correct_delta")
+"""metrics.csv columns logged at the arm steps where the probe ran."""
+
+
+def arm_stages(rl: dict, arm: str, seed: int) -> list[dict]:
+    """The stages of ``brorl train-arm``: the arm of :func:`plan` for ``seed``, or the ProRL stage (``prorl``)."""
+    return [prorl_settings(rl)] if arm == "prorl" else plan(rl, seed=seed)[arm]
+
+
+def run_train_arm(rl: dict, init_model_dir, data_dir, work_dir, model_out, results_out, *, arm: str, seed: int,
+                  source: str | None, open_run) -> dict | None:
+    """``brorl train-arm``: one training arm and seed of ``rl`` (or the ProRL stage, ``arm="prorl"``): resumable
+    stages -> HF folder + metrics, in the rule's MLflow run (:func:`run_rule_arm`)."""
+    return run_rule_arm(init_model_dir, data_dir, work_dir, arm_stages(rl, arm, seed), model_out, results_out,
+                        arm=arm, seed=seed, source=source, open_run=open_run)
+
+
+def run_rule_arm(init_model_dir, data_dir, work_dir, stages: list[dict], model_out, results_out, *, arm: str,
+                 seed: int, source: str | None, open_run, after=None) -> dict | None:
+    """A rule's arm: :func:`run_arm` inside the rule's MLflow run, ``open_run(params)`` (brorl.tracking.rule_run;
+    params: every stage's settings as ``stage<k>.<key>``), whose id goes to ``<results>/mlflow_run_id``; then its
+    curves, probes and summary (``final/...``), metrics.csv and summary.json are logged, and ``after(summary)``
+    runs in the same run (more metrics for it). Under `brorl launch`, the other processes (``RANK`` > 0) only
+    train: one MLflow run, from the main process."""
+    import mlflow
+
+    from brorl.tracking import log_curves, numeric_metrics
+    from brorl.training.stage import read_metrics
+
+    where = (init_model_dir, data_dir, work_dir, stages, model_out, results_out)
+    if int(os.environ.get("RANK", "0")) != 0:
+        run_arm(*where, arm=arm, seed=seed, progress=False, source=source)
+        return None
+    params = {f"stage{k}.{key}": value for k, st in enumerate(stages) for key, value in st.items()}
+    with open_run(params) as run:
+        results = Path(results_out)
+        results.mkdir(parents=True, exist_ok=True)
+        (results / "mlflow_run_id").write_text(run.info.run_id + "\n")
+        summary = run_arm(*where, arm=arm, seed=seed, source=source)
+        rows = read_metrics(results)
+        log_curves({key: [r[key] if r[key] is not None else float("nan") for r in rows] for key in CURVES},
+                   step_offset=1)
+        client, run_id = mlflow.MlflowClient(), run.info.run_id
+        for key in PROBES:
+            for r in rows:
+                if r[key] is not None:
+                    client.log_metric(run_id, key, r[key], step=int(r["arm_step"]))
+        mlflow.log_metrics(numeric_metrics({k: v for k, v in summary.items() if k != "stage_summaries"}, "final/"))
+        for name in ("metrics.csv", "summary.json"):
+            mlflow.log_artifact(str(results / name))
+        if after is not None:
+            after(summary)
+    return summary

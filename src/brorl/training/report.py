@@ -204,6 +204,19 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -
     return {"metrics": metrics, "readings": readings}
 
 
+def run_train_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -> dict:
+    """``brorl train-summary``: :func:`training_summary`; its metrics and files logged to the rule's MLflow run."""
+    import mlflow
+
+    from brorl.tracking import log_artifacts, numeric_metrics
+
+    out = training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=prorl_dir)
+    mlflow.log_metrics(numeric_metrics(out["metrics"]))
+    log_artifacts(md_path, csv_path, png_path)
+    print(f"[train-summary] wrote {md_path}")
+    return out
+
+
 def _figure(arms, prorl_dir, png_path) -> None:
     import matplotlib
 

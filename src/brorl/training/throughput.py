@@ -217,3 +217,26 @@ def write_outputs(rows: list[dict], csv_path: str | Path, png_path: str | Path |
         fig.savefig(png_path, dpi=110)
         plt.close(fig)
     return rat
+
+
+def run_throughput(config: dict, model_dir: str | Path, csv_path, md_path, png_path, *, profile: str) -> dict:
+    """``brorl throughput``: :func:`measure_throughput` with the config's ns, total, engines, repeats, threads,
+    max_tokens, vllm_args; the outputs (:func:`write_outputs`) and samples/s, tokens/s by N per engine logged to
+    the rule's MLflow run. ``profile``: its name, for the titles. Returns :func:`ratios`."""
+    import mlflow
+
+    from brorl.tracking import log_artifacts
+
+    cfg = config
+    rows = measure_throughput(model_dir, ns=cfg.get("ns", [16, 64, 128, 256, 512]), total=cfg.get("total", 8192),
+                              engines=cfg.get("engines", ["prefix_tree", "shared_prompt", "hf"]),
+                              repeats=cfg.get("repeats", 1), threads=cfg.get("threads", 2),
+                              max_tokens=cfg.get("max_tokens", 0), vllm_args=cfg.get("vllm_args"))
+    rat = write_outputs(rows, csv_path, png_path, md_path, title=f", {profile} profile")
+    for r in rows:
+        mlflow.log_metric(f"samples_per_s/{r['engine']}", r["samples_per_s"], step=int(r["n_rollouts"]))
+        mlflow.log_metric(f"tokens_per_s/{r['engine']}", r["tokens_per_s"], step=int(r["n_rollouts"]))
+    mlflow.log_metrics({f"ratio_largest_over_smallest_n/{e}": v for e, v in rat.items()})
+    log_artifacts(csv_path, png_path, md_path)
+    print("[throughput] largest N / smallest N: " + ", ".join(f"{e} {v:.2f}x" for e, v in rat.items()))
+    return rat
