@@ -69,6 +69,10 @@ CASES = [
     ("unknown benchmark", lambda c: c["evaluation"].update(benchmarks=["tiny_add", "aime2024"]),
      ["evaluation.benchmarks[1]", "aime2024", "tiny_add"]),
     ("k = 0", lambda c: c["evaluation"].update(k=0), ["evaluation.k", "minimum"]),
+    ("unknown task family", lambda c: c["tasks"].update(tasks=["add", "sub"]),
+     ["tasks.tasks[1]", "unknown task family 'sub'", "add, mul, multiple"]),
+    ("unknown selected task family", lambda c: c["sft"].update(select_tasks=["div"]),
+     ["sft.select_tasks[0]", "unknown task family 'div'"]),
     ("evaluated model not fetched", lambda c: c["evaluation"].update(models=["brorl-released"]),
      ["evaluation.models[0]", "checkpoints.fetch"]),
 ]

@@ -24,6 +24,7 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 from brorl.evaluation.metrics import sample_metrics  # noqa: E402
 from brorl.tables import Plan, RunStore, build_figure, build_table, load_reference, make_table  # noqa: E402
 from brorl.tables.plan import MATH, RG_CATEGORIES  # noqa: E402
+from brorl.profile import Profile  # noqa: E402
 
 TINY_BENCH = ["tiny_add", "tiny_multiple"]
 TINY_PLAN = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=TINY_BENCH)
@@ -445,9 +446,63 @@ def test_plan_from_config_and_inferred(tiny):
     assert plan.arms == ["n16", "n64", "n256", "n512", "schedule"] and plan.seeds == ["0", "1"]
     assert plan.benchmarks == TINY_BENCH and plan.train_prorl and plan.base_arm == "n16"
     store = RunStore(tiny.uri, tiny.experiment, "tiny")
-    inferred = Plan.infer(store)
+    inferred = Plan.infer(store, Profile.from_config(cfg))  # the declared profile, not guessed from the runs
     assert inferred.arms == ["n16", "n64", "n512"] and inferred.seeds == ["0", "1"]
     assert inferred.benchmarks == TINY_BENCH
+    assert inferred.data == "tasks" and inferred.train_prorl
     table, _ = make_table("table1", store, inferred)
     assert math.isclose(table.cell("BroRL n512", "steps").value, 46.5)
+    # without a config: the profile every brorl command gets (BRORL_PROFILE), and one that is not the store's fails
+    old = os.environ.get("BRORL_PROFILE")
+    try:
+        os.environ["BRORL_PROFILE"] = Profile(name="tiny", start="fetched", data="paper").to_json()
+        declared = Plan.infer(store)
+        assert (declared.data, declared.train_prorl) == ("paper", False)
+        assert declared.benchmarks == TINY_BENCH  # the runs seen; the profile's facts are the declared ones
+        with pytest.raises(ValueError, match="'paper' is not the store's 'tiny'"):
+            Plan.infer(store, Profile(name="paper", start="fetched", data="paper"))
+    finally:
+        if old is None:
+            os.environ.pop("BRORL_PROFILE", None)
+        else:
+            os.environ["BRORL_PROFILE"] = old
     store.close()
+
+
+def test_tiny_columns_and_probes_derive_from_the_family_registry(tiny, tmp_path):
+    """A family registered in process gets a benchmark, an lm-eval task, table columns and a figure probe."""
+    from brorl.evaluation import benchmarks, tiny as tiny_eval
+    from brorl.tables import figures, plan as plan_mod
+    from brorl.tasks.families import FAMILIES, Family, Problem
+
+    assert plan_mod.TINY == tuple(TINY_BENCH)
+    assert figures.TINY_PROBES == {"tiny_add": "probe_q_pos_mean", "tiny_multiple": "probe_multi_q_pos_mean"}
+    assert "tiny_mul" not in benchmarks.benchmark_names()  # mul: trained only (evaluated=False)
+
+    def sample_sub(rng, s):
+        a, b = sorted(int(x) for x in rng.integers(0, 10, 2))[::-1]
+        return Problem(f"{a}-{b}=", str(a - b), (str(a - b),), {"a": a, "b": b})
+
+    FAMILIES["sub"] = Family("sub", sample_sub, lambda s: (0, 9))
+    try:
+        assert plan_mod.TINY == ("tiny_add", "tiny_multiple", "tiny_sub")
+        bench = benchmarks.get_benchmark("tiny_sub")
+        assert bench.lm_eval_task == "brorl_tiny_sub" and bench.source == "tasks"
+        out = tiny_eval.render_tasks(None, tmp_path / "tasks")
+        assert sorted(p.name for p in out.iterdir()) == [
+            "brorl_tiny.yaml", "brorl_tiny_add.yaml", "brorl_tiny_multiple.yaml", "brorl_tiny_sub.yaml", "utils.py"]
+        assert "- brorl_tiny_sub" in (out / "brorl_tiny.yaml").read_text()
+        # two single-answer families drawn: probe_q_pos_mean averages both, so neither gets it as its line
+        assert figures.TINY_PROBES == {"tiny_multiple": "probe_multi_q_pos_mean"}
+        plan = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=[*TINY_BENCH, "tiny_sub"])
+        _, rows, _, md = build(tiny, "table3", tmp_path, plan=plan)
+        r = ours(rows, "BroRL n512")
+        assert r["tiny_sub"].startswith("— (missing")  # planned, no run: an explicit gap
+        assert "tiny_add, tiny_multiple and tiny_sub" in md
+        _, rows1, _, _ = build(tiny, "table1", tmp_path, plan=plan)
+        assert ours(rows1, "BroRL n512")["tiny_avg"].startswith("—")  # the average waits for tiny_sub
+        _, rows, _, _ = build(tiny, "table3", tmp_path)  # a plan without tiny_sub: its column says so
+        assert ours(rows, "BroRL n512")["tiny_sub"] == "— (not in the tiny profile)"
+    finally:
+        del FAMILIES["sub"]
+    assert "tiny_sub" not in benchmarks.benchmark_names() and plan_mod.TINY == tuple(TINY_BENCH)
