@@ -41,7 +41,7 @@ catalog's default list) and the data folder in ``--metadata``::
 
     lm_eval --model vllm --model_args pretrained=/abs/path/to/model,max_model_len=34816 \\
         --apply_chat_template \\
-        --include_path "$(python -m brorl.evaluation.paper_benchmarks results/lm_eval_tasks_paper)" \\
+        --include_path "$(python -m brorl.evaluation.paper_benchmarks "$(mktemp -d)")" \\
         --metadata '{"data_dir": "/abs/path/to/resources/benchmarks"}' \\
         --tasks brorl_paper_aime24,brorl_paper_math500 --seed 1234 --output_path results/lm_eval --log_samples
 

@@ -33,7 +33,7 @@ Two ways to get the YAMLs, both for the stock CLI:
 
        lm_eval --model hf --model_args pretrained=/abs/path/to/model,dtype=float32 --device cpu \\
            --batch_size 256 --apply_chat_template \\
-           --include_path "$(python -m brorl.evaluation.tiny results/lm_eval_tasks_tiny)" \\
+           --include_path "$(python -m brorl.evaluation.tiny "$(mktemp -d)")" \\
            --metadata '{"data_dir": "/abs/path/to/results/data"}' \\
            --tasks brorl_tiny --seed 1234 --output_path results/lm_eval --log_samples
 
