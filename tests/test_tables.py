@@ -473,36 +473,38 @@ def test_tiny_columns_and_probes_derive_from_the_family_registry(tiny, tmp_path)
     """A family registered in process gets a benchmark, an lm-eval task, table columns and a figure probe."""
     from brorl.evaluation import benchmarks, tiny as tiny_eval
     from brorl.tables import figures, plan as plan_mod
-    from brorl.tasks.families import FAMILIES, Family, Problem
+    from brorl.tasks.families import FAMILIES, Family, Problem, evaluated_families
 
-    assert plan_mod.TINY == tuple(TINY_BENCH)
-    assert figures.TINY_PROBES == {"tiny_add": "probe_q_pos_mean", "tiny_multiple": "probe_multi_q_pos_mean"}
+    base = plan_mod.TINY
+    assert base == tuple(f"tiny_{f}" for f in evaluated_families()) and set(TINY_BENCH) <= set(base)
+    assert figures.TINY_PROBES.get("tiny_multiple") == "probe_multi_q_pos_mean"
     assert "tiny_mul" not in benchmarks.benchmark_names()  # mul: trained only (evaluated=False)
 
-    def sample_sub(rng, s):
+    def sample_zz(rng, s):
         a, b = sorted(int(x) for x in rng.integers(0, 10, 2))[::-1]
         return Problem(f"{a}-{b}=", str(a - b), (str(a - b),), {"a": a, "b": b})
 
-    FAMILIES["sub"] = Family("sub", sample_sub, lambda s: (0, 9))
+    FAMILIES["zz"] = Family("zz", sample_zz, lambda s: (0, 9))  # a throwaway single-answer family
     try:
-        assert plan_mod.TINY == ("tiny_add", "tiny_multiple", "tiny_sub")
-        bench = benchmarks.get_benchmark("tiny_sub")
-        assert bench.lm_eval_task == "brorl_tiny_sub" and bench.source == "tasks"
+        assert plan_mod.TINY == (*base, "tiny_zz")
+        bench = benchmarks.get_benchmark("tiny_zz")
+        assert bench.lm_eval_task == "brorl_tiny_zz" and bench.source == "tasks"
         out = tiny_eval.render_tasks(None, tmp_path / "tasks")
-        assert sorted(p.name for p in out.iterdir()) == [
-            "brorl_tiny.yaml", "brorl_tiny_add.yaml", "brorl_tiny_multiple.yaml", "brorl_tiny_sub.yaml", "utils.py"]
-        assert "- brorl_tiny_sub" in (out / "brorl_tiny.yaml").read_text()
-        # two single-answer families drawn: probe_q_pos_mean averages both, so neither gets it as its line
-        assert figures.TINY_PROBES == {"tiny_multiple": "probe_multi_q_pos_mean"}
-        plan = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=[*TINY_BENCH, "tiny_sub"])
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            ["brorl_tiny.yaml", *(f"brorl_{b}.yaml" for b in base), "brorl_tiny_zz.yaml", "utils.py"])
+        assert "- brorl_tiny_zz" in (out / "brorl_tiny.yaml").read_text()
+        # another single-answer family drawn beside add: probe_q_pos_mean averages both, so neither gets it
+        assert "tiny_add" not in figures.TINY_PROBES and "tiny_zz" not in figures.TINY_PROBES
+        assert figures.tiny_probe("tiny_zz", ["tiny_zz", "tiny_multiple"]) == "probe_q_pos_mean"
+        plan = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=[*TINY_BENCH, "tiny_zz"])
         _, rows, _, md = build(tiny, "table3", tmp_path, plan=plan)
-        r = ours(rows, "BroRL n512")
-        assert r["tiny_sub"].startswith("— (missing")  # planned, no run: an explicit gap
-        assert "tiny_add, tiny_multiple and tiny_sub" in md
+        assert ours(rows, "BroRL n512")["tiny_zz"].startswith("— (missing")  # planned, no run: an explicit gap
+        assert "tiny avg: over tiny_add, tiny_multiple and tiny_zz" in md
         _, rows1, _, _ = build(tiny, "table1", tmp_path, plan=plan)
-        assert ours(rows1, "BroRL n512")["tiny_avg"].startswith("—")  # the average waits for tiny_sub
-        _, rows, _, _ = build(tiny, "table3", tmp_path)  # a plan without tiny_sub: its column says so
-        assert ours(rows, "BroRL n512")["tiny_sub"] == "— (not in the tiny profile)"
+        assert ours(rows1, "BroRL n512")["tiny_avg"].startswith("— (missing")  # the average waits for tiny_zz
+        _, rows, _, md = build(tiny, "table3", tmp_path)  # a plan without tiny_zz: its column says so
+        assert ours(rows, "BroRL n512")["tiny_zz"] == "— (not in the tiny profile)"
+        assert "tiny avg: over tiny_add and tiny_multiple" in md
     finally:
-        del FAMILIES["sub"]
-    assert "tiny_sub" not in benchmarks.benchmark_names() and plan_mod.TINY == tuple(TINY_BENCH)
+        del FAMILIES["zz"]
+    assert "tiny_zz" not in benchmarks.benchmark_names() and plan_mod.TINY == base

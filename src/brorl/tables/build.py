@@ -27,11 +27,6 @@ SCORE = "mean_at_k"
 FAMILY_NAMES = {"math": "math", "code": "code", "reasoning_gym": "Reasoning Gym", "tiny": "tiny"}
 
 
-def tiny_avg_note() -> str:
-    """What the "tiny avg" column averages (the evaluated tiny families, :func:`brorl.tables.plan.tiny_benchmarks`)."""
-    names = tiny_benchmarks()
-    return f"over {names[0]}" if len(names) == 1 else f"over {', '.join(names[:-1])} and {names[-1]}"
-
 
 def fmt_samples_k(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3f}"
@@ -91,6 +86,11 @@ class Builder:
                                     prefix="+" if c == "samples_k" else "")
             rows.append(Row(source="paper", label=r["row"], cells=cells, ref=r["source"]))
         return rows
+
+    def tiny_avg_note(self) -> str:
+        """What "tiny avg" averages: the plan's tiny benchmarks (none planned: every evaluated family's)."""
+        names = self.plan.has(tiny_benchmarks()) or list(tiny_benchmarks())
+        return f"over {names[0]}" if len(names) == 1 else f"over {', '.join(names[:-1])} and {names[-1]}"
 
     # ------------------------------------------------------------------ training cells
     def absent(self, family: str) -> str:
@@ -215,7 +215,7 @@ class Builder:
                      "our arms continue from our ProRL stage (steps, samples and hours after it), "
                      "mean ± sd over seeds.", cols, rows,
                      notes=["Math / Code / Reasoning Gym: mean over the family's benchmarks of mean@k (Tables 3-5); "
-                            f"tiny avg: mean {tiny_avg_note()}. Paper '–': not given in the paper. "
+                            f"tiny avg: mean {self.tiny_avg_note()}. Paper '–': not given in the paper. "
                             "The released-checkpoint row is a secondary source (blog synthesis)."])
 
     def table2(self) -> Table:
@@ -262,7 +262,7 @@ class Builder:
         t = self._per_benchmark("table3", MATH, "math", f"Table 3 (BroRL Table 3 beside ours, {self.profile} "
                                 "profile): math pass@1 (%) per benchmark (mean@k), mean ± sd over seeds; the tiny "
                                 "profile's arithmetic benchmarks in their own columns.", extra_tiny=True)
-        t.notes = [f"MATH = math500. Avg: mean over the six math benchmarks; tiny avg: {tiny_avg_note()}."]
+        t.notes = [f"MATH = math500. Avg: mean over the six math benchmarks; tiny avg: {self.tiny_avg_note()}."]
         return t
 
     def table4(self) -> Table:
