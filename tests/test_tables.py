@@ -25,6 +25,7 @@ from brorl.evaluation.metrics import sample_metrics  # noqa: E402
 from brorl.tables import Plan, RunStore, build_figure, build_table, load_reference, make_table  # noqa: E402
 from brorl.tables.plan import MATH, RG_CATEGORIES  # noqa: E402
 from brorl.profile import Profile  # noqa: E402
+from brorl.tasks.families import FAMILIES  # noqa: E402
 
 TINY_BENCH = ["tiny_add", "tiny_multiple"]
 TINY_PLAN = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=TINY_BENCH)
@@ -444,7 +445,10 @@ def test_plan_from_config_and_inferred(tiny):
     cfg = yaml.safe_load(open(Path(__file__).parents[1] / "config" / "config.yaml"))
     plan = Plan.from_config(cfg)
     assert plan.arms == ["n16", "n64", "n256", "n512", "schedule"] and plan.seeds == ["0", "1"]
-    assert plan.benchmarks == TINY_BENCH and plan.train_prorl and plan.base_arm == "n16"
+    # the declared benchmarks: the tiny profile's trained families that are evaluated (add, multiple today)
+    assert plan.benchmarks == cfg["evaluation"]["benchmarks"] and set(TINY_BENCH) <= set(plan.benchmarks)
+    assert plan.benchmarks == [f"tiny_{f}" for f in cfg["tasks"]["tasks"] if FAMILIES[f].evaluated]
+    assert plan.train_prorl and plan.base_arm == "n16"
     store = RunStore(tiny.uri, tiny.experiment, "tiny")
     inferred = Plan.infer(store, Profile.from_config(cfg))  # the declared profile, not guessed from the runs
     assert inferred.arms == ["n16", "n64", "n512"] and inferred.seeds == ["0", "1"]
@@ -473,7 +477,7 @@ def test_tiny_columns_and_probes_derive_from_the_family_registry(tiny, tmp_path)
     """A family registered in process gets a benchmark, an lm-eval task, table columns and a figure probe."""
     from brorl.evaluation import benchmarks, tiny as tiny_eval
     from brorl.tables import figures, plan as plan_mod
-    from brorl.tasks.families import FAMILIES, Family, Problem, evaluated_families
+    from brorl.tasks.families import Family, Problem, evaluated_families
 
     base = plan_mod.TINY
     assert base == tuple(f"tiny_{f}" for f in evaluated_families()) and set(TINY_BENCH) <= set(base)

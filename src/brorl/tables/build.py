@@ -32,6 +32,14 @@ def fmt_samples_k(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3f}"
 
 
+_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def _count(n: int) -> str:
+    """A count as the notes write it (six, ..., twelve; 13 and up in digits)."""
+    return _WORDS[n] if 0 <= n < len(_WORDS) else str(n)
+
+
 @dataclass
 class Subject:
     """One of our rows: a model and how it was made."""
@@ -262,7 +270,8 @@ class Builder:
         t = self._per_benchmark("table3", MATH, "math", f"Table 3 (BroRL Table 3 beside ours, {self.profile} "
                                 "profile): math pass@1 (%) per benchmark (mean@k), mean ± sd over seeds; the tiny "
                                 "profile's arithmetic benchmarks in their own columns.", extra_tiny=True)
-        t.notes = [f"MATH = math500. Avg: mean over the six math benchmarks; tiny avg: {self.tiny_avg_note()}."]
+        t.notes = [f"MATH = math500. Avg: mean over the {_count(len(MATH))} math benchmarks; "
+                   f"tiny avg: {self.tiny_avg_note()}."]
         return t
 
     def table4(self) -> Table:
