@@ -69,6 +69,10 @@ CASES = [
     ("unknown benchmark", lambda c: c["evaluation"].update(benchmarks=["tiny_add", "aime2024"]),
      ["evaluation.benchmarks[1]", "aime2024", "tiny_add"]),
     ("k = 0", lambda c: c["evaluation"].update(k=0), ["evaluation.k", "minimum"]),
+    ("unknown task family", lambda c: c["tasks"].update(tasks=["add", "no_such_family"]),
+     ["tasks.tasks[1]", "unknown task family 'no_such_family'", "registered: add, mul", "brorl.tasks.FAMILIES"]),
+    ("unknown selected task family", lambda c: c["sft"].update(select_tasks=["no_such_family"]),
+     ["sft.select_tasks[0]", "unknown task family 'no_such_family'"]),
     ("evaluated model not fetched", lambda c: c["evaluation"].update(models=["brorl-released"]),
      ["evaluation.models[0]", "checkpoints.fetch"]),
 ]
@@ -203,6 +207,15 @@ def test_command_line_overrides_apply_to_the_default_profile():
     assert "required key is missing" not in text  # the rest still comes from config/config.yaml
 
 
+def paper_benchmarks() -> list[str]:
+    """config/paper.yaml's benchmarks: every catalog benchmark, the default list then the code ones (13 today)."""
+    from brorl.data import catalog
+
+    declared = yaml.safe_load((PROJECT_ROOT / "config/paper.yaml").read_text())["evaluation"]["benchmarks"]
+    assert declared == [*catalog.BENCHMARK_NAMES, *catalog.CODE_BENCHMARK_NAMES] and len(declared) >= 13
+    return declared
+
+
 def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_path):
     """`snakemake -n` on the paper profile plans the benchmark data (pinned fetch / generation), one evaluate
     job per (fetched checkpoint, benchmark) with the vllm backend, and every paper table."""
@@ -216,8 +229,10 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             counts[parts[0]] = int(parts[1])
-    # models evaluated: the two fetched checkpoints and the two arms' final checkpoints (one seed)
-    assert counts["benchmark_data"] == 13 and counts["evaluate"] == 4 * 13 and counts["fetch_checkpoint"] == 2
+    # models evaluated: the two fetched checkpoints and the two arms' final checkpoints (one seed); benchmarks: every
+    # catalog row (13 today), so a new catalog row needs no edit here
+    n = len(paper_benchmarks())
+    assert counts["benchmark_data"] == n and counts["evaluate"] == 4 * n and counts["fetch_checkpoint"] == 2
     assert all(counts[f"paper_{name}"] == 1 for name in ("table1", "table3", "table5", "ttest", "figure1"))
     assert "results/eval/brorl-released/reasoning_gym.json" in proc.stdout
     assert "results/eval/n512-seed0/aime24.json" in proc.stdout
@@ -247,7 +262,7 @@ def test_cluster_profiles_plan_the_paper_dag_with_resources_from_the_profile(pro
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     blocks = proc.stdout.split("\nrule ")
     evaluate = [b for b in blocks if b.startswith("evaluate:")]
-    assert len(evaluate) == 52 and all("gpu=1" in b for b in evaluate)
+    assert len(evaluate) == 4 * len(paper_benchmarks()) and all("gpu=1" in b for b in evaluate)
     train = [b for b in blocks if b.startswith("train_arm:")]
     assert len(train) == 2
     assert "gpu=1" in next(b for b in blocks if b.startswith("throughput_study:"))

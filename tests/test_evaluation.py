@@ -110,17 +110,22 @@ def test_stock_lm_eval_cli_gives_the_same_scores_as_evaluate(tiny_model, multipl
     assert len({tuple(s["completions"]) for s in mine["samples"]}) > 1
 
 
-def test_shipped_tasks_are_the_default_rendering_and_load_from_metadata(tiny_model, tmp_path):
+def test_portable_tasks_are_the_default_rendering_and_load_from_metadata(tiny_model, tmp_path, capsys):
     from lm_eval.tasks import TaskManager
 
+    # the stock CLI's folder (python -m brorl.evaluation.tiny DIR): rendered from the family registry, not shipped
+    assert not list(TASKS_DIR.glob("*.yaml"))
+    assert tiny.main([str(tmp_path / "portable")]) == 0
+    portable = Path(capsys.readouterr().out.strip())
     rendered = tiny.render_tasks(None, tmp_path / "shipped")
-    shipped = sorted(p.name for p in TASKS_DIR.iterdir() if p.suffix in (".yaml", ".py") and p.name != "__init__.py")
-    assert sorted(p.name for p in rendered.iterdir()) == shipped
+    shipped = sorted(p.name for p in portable.iterdir())
+    assert sorted(p.name for p in rendered.iterdir()) == shipped == [
+        "brorl_tiny.yaml", "brorl_tiny_add.yaml", "brorl_tiny_multiple.yaml", "utils.py"]
     for name in shipped:
-        assert (TASKS_DIR / name).read_text() == (rendered / name).read_text(), \
-            f"{name} is stale: run python -m brorl.evaluation.tiny"
+        assert (portable / name).read_text() == (rendered / name).read_text()
+    assert (portable / "utils.py").read_text() == (TASKS_DIR / "utils.py").read_text()
     data = tiny_model / "data"
-    tm = TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata={"data_dir": str(data)})
+    tm = TaskManager(include_path=str(portable), include_defaults=False, metadata={"data_dir": str(data)})
     loaded = tm.load(["brorl_tiny"])
     children = loaded["tasks"]
     assert list(loaded["groups"]) == ["brorl_tiny"]

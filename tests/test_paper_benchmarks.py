@@ -100,6 +100,15 @@ def standin_files(name: str) -> dict[str, bytes]:
         return {"gpqa_diamond.csv": _csv(GPQA_ROWS), "gpqa_main.csv": _csv(GPQA_ROWS), **readme}
     if name == "ifeval":
         return {"ifeval_input_data.jsonl": _jsonl(IFEVAL_ROWS), **readme}
+    spec = catalog.PAPER_BENCHMARKS.get(name)
+    writers = {".parquet": _parquet, ".jsonl": _jsonl, ".csv": _csv}
+    path = Path(spec.files[0].replace("*", "standin")) if spec is not None and spec.files else None
+    if spec is not None and spec.kind == "math" and path.suffix in writers:
+        # any other math row: the problems above, laid out as its catalog row says (first file glob, first columns)
+        f = spec.fields
+        return {str(path): writers[path.suffix](rows(f["problem"][0], f["answer"][0],
+                                                     (lambda i: {f["id"][0]: 90 + i}) if f.get("id") else (lambda i: {}))),
+                **readme}
     raise KeyError(name)
 
 
@@ -342,16 +351,20 @@ def test_benchmark_render_pins_data_decoding_and_stop_ids(prepared, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["brorl_paper_aime24.yaml", "paper_utils.py"]
 
 
-def test_shipped_tasks_are_the_default_rendering_and_load_from_metadata(prepared, tmp_path):
+def test_portable_tasks_are_the_default_rendering_and_load_from_metadata(prepared, tmp_path, capsys):
     from lm_eval.tasks import TaskManager
 
+    # the stock CLI's folder (python -m brorl.evaluation.paper_benchmarks DIR): rendered from the catalog, not shipped
+    assert not list(TASKS_DIR.glob("*.yaml"))
+    assert paper_benchmarks.main([str(tmp_path / "portable")]) == 0
+    portable = Path(capsys.readouterr().out.strip())
     rendered = paper_benchmarks.render_tasks(None, tmp_path / "shipped")
-    shipped = sorted(p.name for p in TASKS_DIR.iterdir() if p.suffix in (".yaml", ".py") and p.name != "__init__.py")
-    assert sorted(p.name for p in rendered.iterdir()) == shipped
+    shipped = sorted(p.name for p in portable.iterdir())
+    assert sorted(p.name for p in rendered.iterdir()) == shipped == sorted(
+        [*(f"brorl_paper_{n}.yaml" for n in catalog.BENCHMARK_NAMES), "paper_utils.py"])
     for name in shipped:
-        assert (TASKS_DIR / name).read_text() == (rendered / name).read_text(), \
-            f"{name} is stale: run python -m brorl.evaluation.paper_benchmarks"
-    tm = TaskManager(include_path=str(TASKS_DIR), include_defaults=False, metadata={"data_dir": str(prepared["data"])})
+        assert (portable / name).read_text() == (rendered / name).read_text()
+    tm = TaskManager(include_path=str(portable), include_defaults=False, metadata={"data_dir": str(prepared["data"])})
     task = tm.load(["brorl_paper_gpqa_diamond"])["tasks"]["brorl_paper_gpqa_diamond"]
     assert [d["id"] for d in task.eval_docs] == ["recA", "recB"]
     with pytest.raises(ValueError, match="data_dir"):

@@ -24,6 +24,8 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 from brorl.evaluation.metrics import sample_metrics  # noqa: E402
 from brorl.tables import Plan, RunStore, build_figure, build_table, load_reference, make_table  # noqa: E402
 from brorl.tables.plan import MATH, RG_CATEGORIES  # noqa: E402
+from brorl.profile import Profile  # noqa: E402
+from brorl.tasks.families import FAMILIES  # noqa: E402
 
 TINY_BENCH = ["tiny_add", "tiny_multiple"]
 TINY_PLAN = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=TINY_BENCH)
@@ -443,11 +445,70 @@ def test_plan_from_config_and_inferred(tiny):
     cfg = yaml.safe_load(open(Path(__file__).parents[1] / "config" / "config.yaml"))
     plan = Plan.from_config(cfg)
     assert plan.arms == ["n16", "n64", "n256", "n512", "schedule"] and plan.seeds == ["0", "1"]
-    assert plan.benchmarks == TINY_BENCH and plan.train_prorl and plan.base_arm == "n16"
+    # the declared benchmarks: the tiny profile's trained families that are evaluated (add, multiple today)
+    assert plan.benchmarks == cfg["evaluation"]["benchmarks"] and set(TINY_BENCH) <= set(plan.benchmarks)
+    assert plan.benchmarks == [f"tiny_{f}" for f in cfg["tasks"]["tasks"] if FAMILIES[f].evaluated]
+    assert plan.train_prorl and plan.base_arm == "n16"
     store = RunStore(tiny.uri, tiny.experiment, "tiny")
-    inferred = Plan.infer(store)
+    inferred = Plan.infer(store, Profile.from_config(cfg))  # the declared profile, not guessed from the runs
     assert inferred.arms == ["n16", "n64", "n512"] and inferred.seeds == ["0", "1"]
     assert inferred.benchmarks == TINY_BENCH
+    assert inferred.data == "tasks" and inferred.train_prorl
     table, _ = make_table("table1", store, inferred)
     assert math.isclose(table.cell("BroRL n512", "steps").value, 46.5)
+    # without a config: the profile every brorl command gets (BRORL_PROFILE), and one that is not the store's fails
+    old = os.environ.get("BRORL_PROFILE")
+    try:
+        os.environ["BRORL_PROFILE"] = Profile(name="tiny", start="fetched", data="paper").to_json()
+        declared = Plan.infer(store)
+        assert (declared.data, declared.train_prorl) == ("paper", False)
+        assert declared.benchmarks == TINY_BENCH  # the runs seen; the profile's facts are the declared ones
+        with pytest.raises(ValueError, match="'paper' is not the store's 'tiny'"):
+            Plan.infer(store, Profile(name="paper", start="fetched", data="paper"))
+    finally:
+        if old is None:
+            os.environ.pop("BRORL_PROFILE", None)
+        else:
+            os.environ["BRORL_PROFILE"] = old
     store.close()
+
+
+def test_tiny_columns_and_probes_derive_from_the_family_registry(tiny, tmp_path):
+    """A family registered in process gets a benchmark, an lm-eval task, table columns and a figure probe."""
+    from brorl.evaluation import benchmarks, tiny as tiny_eval
+    from brorl.tables import figures, plan as plan_mod
+    from brorl.tasks.families import Family, Problem, evaluated_families
+
+    base = plan_mod.TINY
+    assert base == tuple(f"tiny_{f}" for f in evaluated_families()) and set(TINY_BENCH) <= set(base)
+    assert figures.TINY_PROBES.get("tiny_multiple") == "probe_multi_q_pos_mean"
+    assert "tiny_mul" not in benchmarks.benchmark_names()  # mul: trained only (evaluated=False)
+
+    def sample_zz(rng, s):
+        a, b = sorted(int(x) for x in rng.integers(0, 10, 2))[::-1]
+        return Problem(f"{a}-{b}=", str(a - b), (str(a - b),), {"a": a, "b": b})
+
+    FAMILIES["zz"] = Family("zz", sample_zz, lambda s: (0, 9))  # a throwaway single-answer family
+    try:
+        assert plan_mod.TINY == (*base, "tiny_zz")
+        bench = benchmarks.get_benchmark("tiny_zz")
+        assert bench.lm_eval_task == "brorl_tiny_zz" and bench.source == "tasks"
+        out = tiny_eval.render_tasks(None, tmp_path / "tasks")
+        assert sorted(p.name for p in out.iterdir()) == sorted(
+            ["brorl_tiny.yaml", *(f"brorl_{b}.yaml" for b in base), "brorl_tiny_zz.yaml", "utils.py"])
+        assert "- brorl_tiny_zz" in (out / "brorl_tiny.yaml").read_text()
+        # another single-answer family drawn beside add: probe_q_pos_mean averages both, so neither gets it
+        assert "tiny_add" not in figures.TINY_PROBES and "tiny_zz" not in figures.TINY_PROBES
+        assert figures.tiny_probe("tiny_zz", ["tiny_zz", "tiny_multiple"]) == "probe_q_pos_mean"
+        plan = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=[*TINY_BENCH, "tiny_zz"])
+        _, rows, _, md = build(tiny, "table3", tmp_path, plan=plan)
+        assert ours(rows, "BroRL n512")["tiny_zz"].startswith("— (missing")  # planned, no run: an explicit gap
+        assert "tiny avg: over tiny_add, tiny_multiple and tiny_zz" in md
+        _, rows1, _, _ = build(tiny, "table1", tmp_path, plan=plan)
+        assert ours(rows1, "BroRL n512")["tiny_avg"].startswith("— (missing")  # the average waits for tiny_zz
+        _, rows, _, md = build(tiny, "table3", tmp_path)  # a plan without tiny_zz: its column says so
+        assert ours(rows, "BroRL n512")["tiny_zz"] == "— (not in the tiny profile)"
+        assert "tiny avg: over tiny_add and tiny_multiple" in md
+    finally:
+        del FAMILIES["zz"]
+    assert "tiny_zz" not in benchmarks.benchmark_names() and plan_mod.TINY == base

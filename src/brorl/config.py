@@ -98,6 +98,7 @@ def cross_field_errors(config: dict) -> list[str]:
         if isinstance(steps, int) and isinstance(s, int) and s > steps:
             errors.append(f"theory.summary_steps[{i}]: {s} is beyond theory.simulation.steps = {steps}"
                           f" [rule: summary step <= steps]")
+    errors += _family_errors(config)
     from brorl.profile import Profile
 
     profile = Profile.from_config(config)  # the schema has checked the block
@@ -145,6 +146,20 @@ def cross_field_errors(config: dict) -> list[str]:
         if "reasoning_gym" not in (data.get("sources") or []):
             errors.append("rg_difficulty.pick: rl.data.sources has no reasoning_gym to train the picked tasks "
                           "[rule: picked tasks are trained]")
+    return errors
+
+
+def _family_errors(config: dict) -> list[str]:
+    """Task family names (``tasks.tasks``, ``sft.select_tasks``) against the registry, brorl.tasks.FAMILIES."""
+    from brorl.tasks.families import FAMILIES
+
+    errors = []
+    for where, section, key in (("tasks", config.get("tasks"), "tasks"), ("sft", config.get("sft"), "select_tasks")):
+        names = section.get(key) if isinstance(section, dict) else None
+        for i, name in enumerate(names if isinstance(names, list) else []):
+            if name not in FAMILIES:
+                errors.append(f"{where}.{key}[{i}]: unknown task family {name!r} (registered: "
+                              f"{', '.join(FAMILIES)}) [rule: brorl.tasks.FAMILIES]")
     return errors
 
 

@@ -4,7 +4,8 @@ One row per source, with what the rest of the package needs to fetch, convert an
 
 - :data:`PAPER_MODELS`: hub checkpoints (``repo_id``, ``revision`` a branch, ``commit`` the pin it must resolve
   to, ``dest``; :func:`brorl.data.hub.fetch_paper_model`);
-- :data:`PAPER_BENCHMARKS`: the default evaluation set (``config/paper.yaml``, the shipped lm-eval task folder);
+- :data:`PAPER_BENCHMARKS`: the default evaluation set (``config/paper.yaml``; their lm-eval tasks are rendered
+  from these rows, :mod:`brorl.evaluation.paper_benchmarks`);
 - :data:`CODE_BENCHMARKS`: BroRL Table 4's code benchmarks (registered, evaluated when a config asks for them);
 - :data:`TRAIN_SOURCES`: the RL training sources with a computable reward (:mod:`brorl.data.training`), and
   :data:`LEFT_OUT`, the ones without.
@@ -23,8 +24,8 @@ how sure the ids are) is :mod:`brorl.data.blend`.
 
 Adding a paper benchmark: a row here (a new kind also needs a converter in :mod:`brorl.data.benchmarks` and a
 scorer in ``brorl/evaluation/lm_eval_tasks_paper/paper_utils.py``), its pin in ``config/paper.yaml``, its paper
-values in ``brorl/tables/paper_reference.yaml``; then re-render the shipped task folder
-(``python -m brorl.evaluation.paper_benchmarks``).
+values in ``brorl/tables/paper_reference.yaml``. Its lm-eval task is rendered from the row at run time (nothing
+generated to commit).
 
 This module only holds data (no imports beyond the standard library), so the DAG and the tables read it cheaply.
 """
@@ -264,7 +265,7 @@ LEFT_OUT = {
 MATH_BENCHMARKS = tuple(name for name, spec in PAPER_BENCHMARKS.items() if spec.kind == "math")
 """BroRL Table 3's benchmarks (aime24, aime25, amc, math500, minerva, olympiadbench), in the table's order."""
 BENCHMARK_NAMES = tuple(PAPER_BENCHMARKS)
-"""The default evaluation list (``config/paper.yaml``, the shipped task folder)."""
+"""The default evaluation list (``config/paper.yaml``, the portable task folder's default)."""
 CODE_BENCHMARK_NAMES = tuple(CODE_BENCHMARKS)
 """BroRL Table 4 (apps, codecontests, codeforces, taco): registered and renderable, not in the default list."""
 ALL_BENCHMARK_NAMES = (*BENCHMARK_NAMES, *CODE_BENCHMARK_NAMES)

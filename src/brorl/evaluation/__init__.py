@@ -1,9 +1,9 @@
-"""Benchmark evaluation: lm-eval task definitions shipped in the package, the sampling metrics (mean@k,
+"""Benchmark evaluation: lm-eval task definitions rendered from the registries, the sampling metrics (mean@k,
 unbiased pass@k) and the per-(model, benchmark) runner.
 
 - :mod:`brorl.evaluation.metrics`: ``pass_at_k``, ``powers_of_two``, ``metric_name``, ``sample_metrics``;
-- :mod:`brorl.evaluation.tiny`: the tiny profile's lm-eval tasks (``brorl_tiny_add``, ``brorl_tiny_multiple``,
-  group ``brorl_tiny``), :func:`render_tasks` and the stock ``lm_eval`` command lines; the shipped YAMLs live in
+- :mod:`brorl.evaluation.tiny`: the tiny profile's lm-eval tasks (``brorl_tiny_<family>`` per evaluated family,
+  group ``brorl_tiny``), :func:`render_tasks` and the stock ``lm_eval`` command lines; the hooks live in
   ``brorl/evaluation/lm_eval_tasks``;
 - :mod:`brorl.evaluation.benchmarks`: the registry (benchmark name -> lm-eval task, renderer, category field);
 - :mod:`brorl.evaluation.runner`: :func:`evaluate` (lm-eval hf backend, result JSON, content-keyed cache).

@@ -17,7 +17,9 @@ A :class:`Benchmark` is everything :func:`brorl.evaluation.evaluate` needs besid
   benchmark itself);
 - decoding defaults (``default_k``, ``default_temperature``) and ``apply_chat_template``.
 
-The tiny profile's benchmarks are registered here. The paper profile's (AIME24, AIME25, AMC, MATH500, Minerva,
+The tiny profile's benchmarks are registered here, one ``tiny_<family>`` per evaluated family of
+:data:`brorl.tasks.FAMILIES` (kept in step with the family registry on every lookup, so a family added in
+process gets its benchmark too). The paper profile's (AIME24, AIME25, AMC, MATH500, Minerva,
 OlympiadBench, GPQA-Diamond, ...) go in a separate module, ``brorl.evaluation.paper_benchmarks``, which calls
 :func:`register_benchmark` at import; :func:`get_benchmark` imports it on first use when it exists (no change to
 this file needed), and any other module can register more the same way.
@@ -33,6 +35,7 @@ from typing import Callable, Sequence
 from brorl.evaluation import tiny
 from brorl.evaluation.lm_eval_tasks import utils
 from brorl.tasks import core as task_core
+from brorl.tasks.families import benchmark_name, evaluated_families
 
 RenderFn = Callable[..., Path]
 
@@ -87,6 +90,7 @@ def _load_plugins() -> None:
 
 
 def get_benchmark(name: str) -> Benchmark:
+    _sync_tiny()
     if name not in BENCHMARKS:
         _load_plugins()
     try:
@@ -96,6 +100,7 @@ def get_benchmark(name: str) -> Benchmark:
 
 
 def benchmark_names() -> list[str]:
+    _sync_tiny()
     _load_plugins()
     return sorted(BENCHMARKS)
 
@@ -116,7 +121,7 @@ def _tiny_benchmark(family: str) -> Benchmark:
     def data_files(data_dir) -> list[Path]:
         return [Path(data_dir) / family / "test.jsonl"]
 
-    return Benchmark(name=f"tiny_{family}", lm_eval_task=tiny.task_name(family), render=render,
+    return Benchmark(name=benchmark_name(family), lm_eval_task=tiny.task_name(family), render=render,
                      data_files=data_files, score=utils.score_completions, doc_metrics=utils.doc_metrics,
                      code=(task_core.strip_completion, task_core.verify, task_core.format_prompt),
                      prompt_of=task_core.format_prompt, category_field="task", default_k=tiny.DEFAULT_K,
@@ -124,5 +129,19 @@ def _tiny_benchmark(family: str) -> Benchmark:
                      description=f"tiny profile: the {family!r} family's test split", source="tasks")
 
 
-for _family in tiny.TINY_FAMILIES:
-    register_benchmark(_tiny_benchmark(_family))
+_TINY_REGISTERED: set[str] = set()
+
+
+def _sync_tiny() -> None:
+    """Register ``tiny_<family>`` for every evaluated family, drop those whose family left the registry."""
+    want = {benchmark_name(f): f for f in evaluated_families()}
+    for name in _TINY_REGISTERED - set(want):
+        BENCHMARKS.pop(name, None)
+    _TINY_REGISTERED.intersection_update(want)
+    for name, family in want.items():
+        if name not in _TINY_REGISTERED:
+            register_benchmark(_tiny_benchmark(family))
+            _TINY_REGISTERED.add(name)
+
+
+_sync_tiny()

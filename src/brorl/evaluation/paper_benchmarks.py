@@ -35,15 +35,18 @@ Metrics per task: ``mean_at_k`` (the paper's pass@1 averaged over 16 samples) an
 j = 1, 2, 4, 8, 16, on 0/1 scores; Reasoning Gym adds ``mean_reward`` (the continuous reward average), code
 ``mean_test_fraction`` (its 0/1 score is "all tests passed"), IFEval ``prompt_level_loose_acc``, ``inst_level_strict_acc``, ``inst_level_loose_acc``.
 
-Stock CLI (vLLM, as in the paper), with the shipped folder and the data folder in ``--metadata``::
+Stock CLI (vLLM, as in the paper), with the portable folder (rendered from the catalog into a folder of your
+choice by ``python -m brorl.evaluation.paper_benchmarks DIR [NAME ...]``, which prints DIR; default names: the
+catalog's default list) and the data folder in ``--metadata``::
 
     lm_eval --model vllm --model_args pretrained=/abs/path/to/model,max_model_len=34816 \\
         --apply_chat_template \\
-        --include_path "$(python -c 'from brorl.evaluation.lm_eval_tasks_paper import TASKS_DIR; print(TASKS_DIR)')" \\
+        --include_path "$(python -m brorl.evaluation.paper_benchmarks "$(mktemp -d)")" \\
         --metadata '{"data_dir": "/abs/path/to/resources/benchmarks"}' \\
         --tasks brorl_paper_aime24,brorl_paper_math500 --seed 1234 --output_path results/lm_eval --log_samples
 
-Regenerate the shipped folder after changing this module with ``python -m brorl.evaluation.paper_benchmarks``.
+No task YAML is committed: every benchmark's task is rendered from its catalog row at run time (a new benchmark
+of an existing kind is a catalog row, its pin in the profile's config and its paper values).
 """
 
 from __future__ import annotations
@@ -152,7 +155,7 @@ def render_tasks(data_dir: str | Path | None, out_dir: str | Path, *, names: Seq
     it (the lm-eval ``include_path``).
 
     ``data_dir``: the folder holding ``<name>/test.jsonl``, written into each YAML as an absolute path
-    (``None``: the portable form reading ``--metadata '{"data_dir": ...}'``, as shipped). ``max_gen_toks``
+    (``None``: the portable form reading ``--metadata '{"data_dir": ...}'``). ``max_gen_toks``
     None: 32,768. ``stop_token_ids`` are rendered only for a named ``backend`` (``"hf"``: ``eos_token_id``,
     ``"vllm"``: ``stop_token_ids``). Earlier ``brorl_paper_*.yaml`` files in ``out_dir`` are removed.
     """
@@ -172,9 +175,9 @@ def render_tasks(data_dir: str | Path | None, out_dir: str | Path, *, names: Seq
     return write_task_folder(out_dir, files, f"{TASK_PREFIX}*.yaml", TASKS_DIR / UTILS_FILE)
 
 
-def write_shipped_tasks(out_dir: str | Path = TASKS_DIR) -> Path:
-    """(Re)write the shipped task folder: the paper's decoding, no stop ids, data from ``--metadata``."""
-    return render_tasks(None, out_dir)
+def write_portable_tasks(out_dir: str | Path, names: Sequence[str] = BENCHMARK_NAMES) -> Path:
+    """The stock CLI's task folder: the paper's decoding, no stop ids, data from ``--metadata``."""
+    return render_tasks(None, out_dir, names=names)
 
 
 def prepare_benchmarks(data_dir: str | Path, source, *, names: Sequence[str] = BENCHMARK_NAMES, **kwargs) -> dict:
@@ -221,5 +224,17 @@ for _name in ALL_BENCHMARK_NAMES:
     register_benchmark(_benchmark(_name), replace=True)
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m brorl.evaluation.paper_benchmarks",
+                                description="Render the paper benchmarks' lm-eval tasks (portable form) into DIR.")
+    p.add_argument("out_dir", help="folder to write (the lm-eval --include_path); printed")
+    p.add_argument("names", nargs="*", help=f"benchmarks (default: {', '.join(BENCHMARK_NAMES)})")
+    args = p.parse_args(argv)
+    print(write_portable_tasks(args.out_dir, args.names or BENCHMARK_NAMES))
+    return 0
+
+
 if __name__ == "__main__":
-    print(write_shipped_tasks())
+    raise SystemExit(main())

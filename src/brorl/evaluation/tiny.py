@@ -1,11 +1,12 @@
-"""lm-eval task definitions of the tiny profile: one generate-until task per tiny family and their group.
+"""lm-eval task definitions of the tiny profile: one generate-until task per evaluated tiny family and their group.
 
 Tasks
-    ``brorl_tiny_add``, ``brorl_tiny_multiple`` (benchmarks ``tiny_add``, ``tiny_multiple``) and the group
-    ``brorl_tiny`` (both, averaged per problem). Documents are the pipeline's test split
-    ``<data_dir>/<family>/test.jsonl`` (:func:`brorl.tasks.write_splits`); the prompt is ``record["prompt"]``
-    through the tokenizer's chat template (``--apply_chat_template``), which is exactly
-    :func:`brorl.tasks.format_prompt` (the runner asserts it).
+    ``brorl_tiny_<family>`` (benchmark ``tiny_<family>``) for every family of :data:`brorl.tasks.FAMILIES` with
+    ``evaluated=True`` (today ``add`` and ``multiple``), and the group ``brorl_tiny`` (all of them, averaged per
+    problem). Nothing per family is written by hand: the YAMLs are rendered from the registry at run time.
+    Documents are the pipeline's test split ``<data_dir>/<family>/test.jsonl`` (:func:`brorl.tasks.write_splits`);
+    the prompt is ``record["prompt"]`` through the tokenizer's chat template (``--apply_chat_template``), which is
+    exactly :func:`brorl.tasks.format_prompt` (the runner asserts it).
 
 Decoding
     k samples per problem (lm-eval ``repeats: k``; the ``take_first_k`` filter keeps all k, since lm-eval's
@@ -26,12 +27,13 @@ Scoring
 
 Two ways to get the YAMLs, both for the stock CLI:
 
-1. The shipped folder ``brorl/evaluation/lm_eval_tasks`` (default decoding: k = 16, T = 1.0, the default task
-   settings' lengths); the data folder comes from ``--metadata``::
+1. The portable folder (default decoding: k = 16, T = 1.0, the default task settings' lengths; the data folder
+   comes from ``--metadata``), rendered into a folder of your choice by ``python -m brorl.evaluation.tiny DIR``
+   (prints DIR)::
 
        lm_eval --model hf --model_args pretrained=/abs/path/to/model,dtype=float32 --device cpu \\
            --batch_size 256 --apply_chat_template \\
-           --include_path "$(python -c 'from brorl.evaluation.lm_eval_tasks import TASKS_DIR; print(TASKS_DIR)')" \\
+           --include_path "$(python -m brorl.evaluation.tiny "$(mktemp -d)")" \\
            --metadata '{"data_dir": "/abs/path/to/results/data"}' \\
            --tasks brorl_tiny --seed 1234 --output_path results/lm_eval --log_samples
 
@@ -44,8 +46,8 @@ Two ways to get the YAMLs, both for the stock CLI:
            --seed 1234 --output_path results/lm_eval --log_samples
 
 With the same model, seed, batch size and decoding, the CLI samples exactly what ``evaluate`` samples (same
-completions, same scores; tests/test_evaluation.py checks it). Regenerate the shipped folder after changing
-this module with ``python -m brorl.evaluation.tiny``.
+completions, same scores; tests/test_evaluation.py checks it). The hooks (``utils.py``) live in
+``brorl/evaluation/lm_eval_tasks`` and are copied beside the rendered YAMLs.
 """
 
 from __future__ import annotations
@@ -57,9 +59,8 @@ from typing import Iterable, Mapping, Sequence
 from brorl.evaluation.lm_eval_tasks import TASKS_DIR
 from brorl.evaluation.task_yaml import FunctionRef, dump_yaml, metric_names, write_task_folder
 from brorl.tasks.core import EOS_TOKEN, TaskSettings, max_new_tokens
-from brorl.tasks.families import FAMILIES
+from brorl.tasks.families import FAMILIES, evaluated_families
 
-TINY_FAMILIES = ("add", "multiple")
 GROUP = "brorl_tiny"
 DEFAULT_K = 16
 DEFAULT_TEMPERATURE = 1.0
@@ -111,6 +112,9 @@ def task_config(family: str, *, k: int, temperature: float, max_gen_toks: int,
     """The lm-eval task config of one family (``data_file`` None: read ``--metadata`` ``data_dir``)."""
     if family not in FAMILIES:
         raise ValueError(f"unknown task family {family!r}; known: {sorted(FAMILIES)}")
+    if not FAMILIES[family].evaluated:
+        raise ValueError(f"task family {family!r} is not evaluated (FAMILIES[{family!r}].evaluated is False); "
+                         f"evaluated: {', '.join(evaluated_families())}")
     k = int(k)
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -150,20 +154,21 @@ def group_config(families: Iterable[str], k: int) -> dict:
 
 def render_tasks(data_dir: str | Path | None, out_dir: str | Path, *, k: int = DEFAULT_K,
                  temperature: float = DEFAULT_TEMPERATURE, max_gen_toks: int | Mapping[str, int] | None = None,
-                 families: Sequence[str] = TINY_FAMILIES,
+                 families: Sequence[str] | None = None,
                  stop_token_ids: Sequence[int] = DEFAULT_STOP_TOKEN_IDS, split: str = "test") -> Path:
     """Write ``brorl_tiny_<family>.yaml`` (one per family), the group ``brorl_tiny.yaml`` and ``utils.py`` into
     ``out_dir`` and return it (the lm-eval ``include_path``).
 
     ``data_dir``: the pipeline's data folder; its ``<family>/<split>.jsonl`` is written into each YAML as an
-    absolute path (``None``: the portable form that reads ``--metadata '{"data_dir": ...}'``, as shipped).
+    absolute path (``None``: the portable form that reads ``--metadata '{"data_dir": ...}'``).
     ``max_gen_toks``: one int for every family, a ``{family: int}`` mapping, or ``None`` for
-    :func:`brorl.tasks.max_new_tokens` of each family under ``<data_dir>/tasks.json``. Earlier
+    :func:`brorl.tasks.max_new_tokens` of each family under ``<data_dir>/tasks.json``. ``families`` None: every
+    evaluated family (:func:`brorl.tasks.families.evaluated_families`). Earlier
     ``brorl_tiny*.yaml`` files in ``out_dir`` are removed, so the folder never holds stale task versions.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    families = list(families)
+    families = list(evaluated_families() if families is None else families)
     if not families:
         raise ValueError("no families to render")
     data_root = None if data_dir is None else Path(data_dir).expanduser().resolve()
@@ -183,10 +188,21 @@ def render_tasks(data_dir: str | Path | None, out_dir: str | Path, *, k: int = D
     return write_task_folder(out_dir, files, f"{GROUP}*.yaml", TASKS_DIR / UTILS_FILE)
 
 
-def write_shipped_tasks(out_dir: str | Path = TASKS_DIR) -> Path:
-    """(Re)write the shipped task folder: default decoding, data from ``--metadata``."""
+def write_portable_tasks(out_dir: str | Path) -> Path:
+    """The stock CLI's task folder: every evaluated family and the group, default decoding, data from
+    ``--metadata '{"data_dir": ...}'``."""
     return render_tasks(None, out_dir, k=DEFAULT_K, temperature=DEFAULT_TEMPERATURE)
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m brorl.evaluation.tiny",
+                                description="Render the tiny profile's lm-eval tasks (portable form) into DIR.")
+    p.add_argument("out_dir", help="folder to write (the lm-eval --include_path); printed")
+    print(write_portable_tasks(p.parse_args(argv).out_dir))
+    return 0
+
+
 if __name__ == "__main__":
-    print(write_shipped_tasks())
+    raise SystemExit(main())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from brorl.tables.plan import CODE, MATH, REASONING_GYM, RG_CATEGORIES, TINY, Plan
+from brorl.tables.plan import CODE, MATH, REASONING_GYM, RG_CATEGORIES, Plan, tiny_benchmarks
 from brorl.training.arms import arm_of
 from brorl.tables.reference import load_reference
 from brorl.tables.render import (Cell, Row, Table, fmt_fixed, fmt_hours, fmt_int, fmt_sci, gap, join_gaps,
@@ -25,11 +25,19 @@ TABLES = ("table1", "table2", "table3", "table4", "table5", "ttest")
 SCORE = "mean_at_k"
 
 FAMILY_NAMES = {"math": "math", "code": "code", "reasoning_gym": "Reasoning Gym", "tiny": "tiny"}
-FAMILIES = {"math": MATH, "code": CODE, "reasoning_gym": (REASONING_GYM,), "tiny": TINY}
+
 
 
 def fmt_samples_k(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3f}"
+
+
+_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def _count(n: int) -> str:
+    """A count as the notes write it (six, ..., twelve; 13 and up in digits)."""
+    return _WORDS[n] if 0 <= n < len(_WORDS) else str(n)
 
 
 @dataclass
@@ -86,6 +94,11 @@ class Builder:
                                     prefix="+" if c == "samples_k" else "")
             rows.append(Row(source="paper", label=r["row"], cells=cells, ref=r["source"]))
         return rows
+
+    def tiny_avg_note(self) -> str:
+        """What "tiny avg" averages: the plan's tiny benchmarks (none planned: every evaluated family's)."""
+        names = self.plan.has(tiny_benchmarks()) or list(tiny_benchmarks())
+        return f"over {names[0]}" if len(names) == 1 else f"over {', '.join(names[:-1])} and {names[-1]}"
 
     # ------------------------------------------------------------------ training cells
     def absent(self, family: str) -> str:
@@ -203,14 +216,14 @@ class Builder:
             cells["math"] = self.average_cell(s, MATH, "math")
             cells["code"] = self.average_cell(s, CODE, "code")
             cells["reasoning_gym"] = self.average_cell(s, [REASONING_GYM], "reasoning_gym")
-            cells["tiny_avg"] = self.average_cell(s, TINY, "tiny")
+            cells["tiny_avg"] = self.average_cell(s, tiny_benchmarks(), "tiny")
             rows.append(self.our_row(s, cells))
         return Table("table1", f"Table 1 (BroRL Table 1 beside ours, {self.profile} profile): efficiency and "
                      "performance; samples before dynamic-sampling filtering, scores = mean@k pass@1 in %, "
                      "our arms continue from our ProRL stage (steps, samples and hours after it), "
                      "mean ± sd over seeds.", cols, rows,
                      notes=["Math / Code / Reasoning Gym: mean over the family's benchmarks of mean@k (Tables 3-5); "
-                            "tiny avg: mean over tiny_add and tiny_multiple. Paper '–': not given in the paper. "
+                            f"tiny avg: mean {self.tiny_avg_note()}. Paper '–': not given in the paper. "
                             "The released-checkpoint row is a secondary source (blog synthesis)."])
 
     def table2(self) -> Table:
@@ -237,7 +250,7 @@ class Builder:
         ref = self.ref[name]
         cols = [(c, h) for c, h in ref["columns"].items()]
         if extra_tiny:
-            cols += [("tiny_add", "tiny_add"), ("tiny_multiple", "tiny_multiple"), ("tiny_avg", "tiny avg")]
+            cols += [(b, b) for b in tiny_benchmarks()] + [("tiny_avg", "tiny avg")]
         keys = [c for c, _ in cols]
         rows = self.paper_rows(name, keys)
         for s in self.subjects():
@@ -247,9 +260,9 @@ class Builder:
                 cells[b] = self.benchmark_cell(s, b, family)
             cells["avg"] = self.average_cell(s, benchmarks, family)
             if extra_tiny:
-                for b in TINY:
+                for b in tiny_benchmarks():
                     cells[b] = self.benchmark_cell(s, b, "tiny")
-                cells["tiny_avg"] = self.average_cell(s, TINY, "tiny")
+                cells["tiny_avg"] = self.average_cell(s, tiny_benchmarks(), "tiny")
             rows.append(self.our_row(s, cells))
         return Table(name, title, cols, rows)
 
@@ -257,7 +270,8 @@ class Builder:
         t = self._per_benchmark("table3", MATH, "math", f"Table 3 (BroRL Table 3 beside ours, {self.profile} "
                                 "profile): math pass@1 (%) per benchmark (mean@k), mean ± sd over seeds; the tiny "
                                 "profile's arithmetic benchmarks in their own columns.", extra_tiny=True)
-        t.notes = ["MATH = math500. Avg: mean over the six math benchmarks; tiny avg: over tiny_add and tiny_multiple."]
+        t.notes = [f"MATH = math500. Avg: mean over the {_count(len(MATH))} math benchmarks; "
+                   f"tiny avg: {self.tiny_avg_note()}."]
         return t
 
     def table4(self) -> Table:
@@ -431,26 +445,29 @@ def headline(table: Table, builder: Builder | None = None) -> dict[str, float]:
     return out
 
 
-def make_table(name: str, store: RunStore, plan: Plan | None = None) -> tuple[Table, Builder]:
-    plan = plan or Plan.infer(store)
+def make_table(name: str, store: RunStore, plan: Plan | None = None, declared=None) -> tuple[Table, Builder]:
+    """``plan`` None: :meth:`Plan.infer` from the declared profile (``declared``; None: ``BRORL_PROFILE``)."""
+    plan = plan or Plan.infer(store, declared)
     builder = Builder(store, plan)
     return builder.build(name), builder
 
 
-def build_table(name: str, *, tracking_uri: str, experiment: str, profile: str, out_csv, out_md,
+def build_table(name: str, *, tracking_uri: str, experiment: str, profile, out_csv, out_md,
                 plan: Plan | dict | None = None, out_cells=None) -> dict:
     """Rebuild one table (``table1`` ... ``table5``, ``ttest``) from the MLflow store and write
     ``out_csv`` (display cells), ``out_md`` (caption + markdown table + run-id footnotes) and the
     cell -> run id CSV (``out_cells``, default ``<out_csv stem>_cells.csv``).
 
-    ``plan``: a :class:`Plan`, the pipeline config dict (:meth:`Plan.from_config`) or ``None`` (inferred from
-    the store). Returns ``{"metrics": {name: float}, "run_ids": [...], "gaps": [...], "outputs": [...]}``
+    ``profile``: the profile's name or its declared :class:`brorl.profile.Profile`. ``plan``: a :class:`Plan`, the
+    pipeline config dict (:meth:`Plan.from_config`) or ``None`` (:meth:`Plan.infer`: the declared profile -- the
+    ``Profile`` given, else ``BRORL_PROFILE`` -- and the runs in the store). Returns ``{"metrics": {name: float}, "run_ids": [...], "gaps": [...], "outputs": [...]}``
     (``"best_arm"`` too for the t-test)."""
     if isinstance(plan, dict):
         plan = Plan.from_config(plan)
-    store = RunStore(tracking_uri, experiment, profile)
+    declared = None if isinstance(profile, str) else profile
+    store = RunStore(tracking_uri, experiment, profile if declared is None else declared.name)
     try:
-        table, builder = make_table(name, store, plan)
+        table, builder = make_table(name, store, plan, declared)
         outputs = table.write(out_csv, out_md, out_cells)
         out = {"metrics": headline(table, builder), "run_ids": table.run_ids(), "gaps": table.gaps(),
                "outputs": outputs}

@@ -4,7 +4,8 @@
   then ours: the arms' validation pass@1 (the exact probe, ``probe_q_pos_mean``) against training hours and
   against generated samples, one line per arm and seed.
 - ``figure4``: per-task pass@1 against training hours: lines from the training probes where a task has one
-  (the tiny families: ``tiny_add`` <- ``probe_q_pos_mean``, ``tiny_multiple`` <- ``probe_multi_q_pos_mean``),
+  (a tiny family drawn alone for its kind: a single-answer family <- ``probe_q_pos_mean``, a probe family
+  <- ``probe_multi_q_pos_mean``; :func:`tiny_probe`, from :data:`brorl.tasks.FAMILIES`),
   markers from the evaluate runs (test split: the ProRL checkpoint at 0 h, each arm at its final hours).
   In the paper profile the tasks are the paper's Figure 4 tasks (a benchmark's ``mean_at_k`` or a
   ``category/<task>/mean_at_k``).
@@ -22,12 +23,32 @@ import re
 from pathlib import Path
 
 from brorl.tables.build import Builder, Subject
-from brorl.tables.plan import TINY, Plan
+from brorl.tables.plan import Plan
+from brorl.tasks.families import FAMILIES, family_of_benchmark, tiny_benchmarks
 from brorl.tables.reference import load_reference
 from brorl.tables.store import RunStore
 
 FIGURES = ("figure1", "figure4", "passk")
-TINY_PROBES = {"tiny_add": "probe_q_pos_mean", "tiny_multiple": "probe_multi_q_pos_mean"}
+PROBES = {False: "probe_q_pos_mean", True: "probe_multi_q_pos_mean"}
+"""The training probe of a family kind (``Family.probe``): the mean over every validation prompt of that kind."""
+
+
+def tiny_probe(task: str, tasks) -> str | None:
+    """The training probe drawn as ``task``'s line in figure 4: its family's kind's probe (:data:`PROBES`), when no
+    other of the drawn ``tasks`` has a family of the same kind (the probe averages over the kind's families)."""
+    family = family_of_benchmark(task)
+    if family is None:
+        return None
+    kind = FAMILIES[family].probe
+    same = [t for t in tasks if (f := family_of_benchmark(t)) is not None and FAMILIES[f].probe == kind]
+    return PROBES[kind] if same == [task] else None
+
+
+def __getattr__(name: str):
+    if name == "TINY_PROBES":  # the registry's view now: {tiny benchmark: its probe}
+        tasks = tiny_benchmarks()
+        return {t: p for t in tasks if (p := tiny_probe(t, tasks))}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _plt():
@@ -158,7 +179,7 @@ class FigureBuilder:
     def figure4(self, out_png) -> None:
         tiny = self.plan.data == "tasks"  # the tiny tasks' families, else the paper's Figure 4 tasks
         if tiny:
-            tasks = [t for t in TINY if t in self.plan.benchmarks] or list(TINY)
+            tasks = [t for t in tiny_benchmarks() if t in self.plan.benchmarks] or list(tiny_benchmarks())
         else:
             tasks = [t for group in self.ref["figure4"]["patterns"].values() for t in group]
         plt, fig, axes = _grid(len(tasks))
@@ -173,7 +194,7 @@ class FigureBuilder:
                 start[task], start_id[task] = v, rid
         for ax, task in zip(axes, tasks):
             drawn = False
-            probe = TINY_PROBES.get(task) if tiny else None
+            probe = tiny_probe(task, tasks) if tiny else None
             if task in start:
                 ax.plot([0.0], [start[task]], "k*", ms=10, label="ProRL checkpoint (test)")
                 self._point("figure4", task, "prorl/test", 0.0, start[task], start_id[task])
@@ -277,17 +298,19 @@ def model_of(s: Subject, seed: str) -> str:
     return s.models[s.seeds.index(seed)]
 
 
-def build_figure(name: str, *, tracking_uri: str, experiment: str, profile: str, out_png,
+def build_figure(name: str, *, tracking_uri: str, experiment: str, profile, out_png,
                  plan: Plan | dict | None = None, out_csv=None) -> dict:
     """Draw one figure (``figure1``, ``figure4``, ``passk``) into ``out_png``; with ``out_csv``, also the plotted
-    points (figure, panel, series, x, y, run_id). Returns ``{"metrics", "run_ids", "gaps", "outputs"}``."""
+    points (figure, panel, series, x, y, run_id). ``profile`` and ``plan`` as in
+    :func:`brorl.tables.build.build_table`. Returns ``{"metrics", "run_ids", "gaps", "outputs"}``."""
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
     if isinstance(plan, dict):
         plan = Plan.from_config(plan)
-    store = RunStore(tracking_uri, experiment, profile)
+    declared = None if isinstance(profile, str) else profile
+    store = RunStore(tracking_uri, experiment, profile if declared is None else declared.name)
     try:
-        fb = FigureBuilder(store, plan or Plan.infer(store))
+        fb = FigureBuilder(store, plan or Plan.infer(store, declared))
         Path(out_png).parent.mkdir(parents=True, exist_ok=True)
         getattr(fb, name)(out_png)
         outputs = [str(out_png)]

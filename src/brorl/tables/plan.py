@@ -2,7 +2,11 @@
 
 A cell whose run the plan expects but the store lacks becomes an explicit gap ("missing: ..."); a column
 the profile has no benchmark for is a gap of another kind ("not in the tiny profile"). Build the plan from
-the pipeline config (:meth:`Plan.from_config`) or, without one, from the runs in the store (:meth:`Plan.infer`).
+the pipeline config (:meth:`Plan.from_config`) or, without one, from the declared profile
+(:class:`brorl.profile.Profile`) and the runs in the store (:meth:`Plan.infer`).
+
+The tiny columns (:func:`tiny_benchmarks`, also the module attribute ``TINY``) are the evaluated families of
+:data:`brorl.tasks.FAMILIES`, read from the registry when asked (a family added in process has columns too).
 """
 
 from __future__ import annotations
@@ -13,19 +17,36 @@ from dataclasses import dataclass, field
 from brorl.data.catalog import BENCHMARK_NAMES, RG_CATEGORIES  # noqa: F401 -- RG_CATEGORIES: Table 5's columns
 from brorl.data.catalog import CODE_BENCHMARK_NAMES as CODE
 from brorl.data.catalog import MATH_BENCHMARKS as MATH
+from brorl.tasks.families import FAMILIES, benchmark_name, tiny_benchmarks
 from brorl.training.arms import ARM_NAME, arm_of, arm_plan
 
 REASONING_GYM = "reasoning_gym"
-TINY = ("tiny_add", "tiny_multiple")
 OTHER = tuple(b for b in BENCHMARK_NAMES if b not in MATH and b != REASONING_GYM)  # gpqa_diamond, ifeval
 
 DEFAULT_BENCHMARKS = {
-    "tiny": list(TINY),
-    "ci": list(TINY),
     # No code evaluation exists yet: the paper plan leaves the code benchmarks out (Table 4 says so).
     "paper": [*MATH, *OTHER, REASONING_GYM],
     "small": [REASONING_GYM],
 }
+"""The benchmarks of a profile whose config names none (``evaluation`` absent); a ``data: tasks`` profile's are
+its trained families' (:func:`default_benchmarks`)."""
+
+
+def __getattr__(name: str):
+    if name == "TINY":  # the registry's view now, not a copy taken at import
+        return tiny_benchmarks()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def default_benchmarks(profile, tasks=None) -> list[str]:
+    """The benchmarks a profile evaluates when its config names none: a ``data: tasks`` profile's trained families
+    that are evaluated (``tasks``: the config's ``tasks.tasks``; None: every evaluated family), else
+    :data:`DEFAULT_BENCHMARKS` by profile name (a tiny default for an unknown name, as before)."""
+    if profile.data == "tasks":
+        if tasks is None:
+            return list(tiny_benchmarks())
+        return [benchmark_name(f) for f in tasks if f in FAMILIES and FAMILIES[f].evaluated]
+    return list(DEFAULT_BENCHMARKS.get(profile.name, tiny_benchmarks()))
 
 _ARM_MODEL = re.compile(rf"({ARM_NAME})-seed(\d+)")
 
@@ -65,7 +86,7 @@ class Plan:
         arms_cfg = rl.get("arms") or {}
         arms = list(arm_plan(rl))
         ev = config.get("evaluation") or {}
-        benchmarks = ev.get("benchmarks") or DEFAULT_BENCHMARKS.get(profile, list(TINY))
+        benchmarks = ev.get("benchmarks") or default_benchmarks(declared, (config.get("tasks") or {}).get("tasks"))
         if ev.get("models") is not None:
             extra = [m for m in ev["models"] if m != "prorl" and not _ARM_MODEL.fullmatch(m)]
         else:
@@ -74,10 +95,16 @@ class Plan:
                    extra_models=extra, train_prorl=declared.trains_start, data=declared.data)
 
     @classmethod
-    def infer(cls, store) -> "Plan":
-        """From the runs in the store (any status): every arm, seed, benchmark and model seen anywhere."""
-        from brorl.tables.store import RULE_ARM, RULE_EVAL, RULE_PRORL
+    def infer(cls, store, profile=None) -> "Plan":
+        """Without a config: the declared profile (``profile``, a :class:`brorl.profile.Profile`; None: the one in
+        ``BRORL_PROFILE``, as every ``brorl`` command gets it) and every arm, seed, benchmark and model seen in the
+        store's runs (any status). Nothing about the profile is guessed from the runs."""
+        from brorl.profile import Profile
+        from brorl.tables.store import RULE_ARM, RULE_EVAL
 
+        declared = profile if profile is not None else Profile.parse()
+        if declared.name != store.profile:
+            raise ValueError(f"the declared profile {declared.name!r} is not the store's {store.profile!r}")
         recs = [*store.finished.values(), *store.other.values()]
         arms, seeds, benchmarks, extra = [], [], [], []
         for r in recs:
@@ -95,9 +122,8 @@ class Plan:
                 elif r.wildcards.get("model") not in (None, "prorl"):
                     extra.append(r.wildcards["model"])
         if not benchmarks:
-            benchmarks = DEFAULT_BENCHMARKS.get(store.profile, list(TINY))
-        order = {b: i for i, b in enumerate([*MATH, *CODE, *OTHER, REASONING_GYM, *TINY])}
+            benchmarks = default_benchmarks(declared)
+        order = {b: i for i, b in enumerate([*MATH, *CODE, *OTHER, REASONING_GYM, *tiny_benchmarks()])}
         benchmarks = sorted(set(benchmarks), key=lambda b: (order.get(b, len(order)), b))
-        return cls(profile=store.profile, arms=arms, seeds=seeds, benchmarks=benchmarks,
-                   extra_models=sorted(set(extra)), train_prorl=any(r.rule == RULE_PRORL for r in recs),
-                   data="tasks" if any(b in TINY for b in benchmarks) else "paper")
+        return cls(profile=declared.name, arms=arms, seeds=seeds, benchmarks=benchmarks,
+                   extra_models=sorted(set(extra)), train_prorl=declared.trains_start, data=declared.data)

@@ -4,12 +4,17 @@ Every family draws one problem from a ``numpy.random.Generator`` and returns its
 canonical answer and the full set of correct answers. Answers are decimal integers written
 most-significant digit first; the model ends them with the tokenizer's end-of-sequence token.
 
+Adding a family is one entry in :data:`FAMILIES` (its lm-eval task, benchmark ``tiny_<name>``, table columns and
+figure probe derive from it) plus the configs that train and evaluate it (``tasks.tasks``,
+``evaluation.benchmarks``); the config check validates family names against :data:`FAMILIES`.
+
 Families:
 
 ``add``       ``a+b=`` with each operand's digit count uniform in 1..``add_max_digits`` and the value
               uniform within that digit count (the pilot's task). The prompt is left-padded with spaces
               to a fixed width so every prompt of the family has the same length. One correct answer.
-``mul``       ``a*d=``: a 1..``mul_max_digits``-digit number times one digit 2..9. One correct answer.
+``mul``       ``a*d=``: a 1..``mul_max_digits``-digit number times one digit 2..9. One correct answer. Trained
+              only (``evaluated=False``: no lm-eval benchmark, no table columns).
 ``multiple``  the multi-answer probe: ``d|x,lo-hi=`` asks for any multiple of ``d`` in [lo, hi]
               (inclusive), 1 <= lo <= hi <= ``probe_max``, at least ``probe_min_answers`` correct
               answers. The answer space (candidates) is every integer 1..``probe_max``, small enough to
@@ -101,13 +106,41 @@ class Family:
     """Inclusive integer range holding every answer the family can have (the candidate set)."""
     probe: bool = False
     """Multi-answer probe family (several correct answers per prompt)."""
+    evaluated: bool = True
+    """Has an lm-eval benchmark ``tiny_<name>`` (:mod:`brorl.evaluation.tiny`, registered in
+    :mod:`brorl.evaluation.benchmarks`) and its columns in the tables (:data:`brorl.tables.plan.TINY`). Everything
+    else about a family (its task YAML, the benchmark, the columns, the figure's probe) is derived from this entry."""
 
 
 FAMILIES: dict[str, Family] = {
     "add": Family("add", sample_add, lambda s: (0, 2 * (10**s.add_max_digits - 1))),
-    "mul": Family("mul", sample_mul, lambda s: (0, 9 * (10**s.mul_max_digits - 1))),
+    "mul": Family("mul", sample_mul, lambda s: (0, 9 * (10**s.mul_max_digits - 1)), evaluated=False),
     "multiple": Family("multiple", sample_multiple, lambda s: (1, s.probe_max), probe=True),
 }
+
+
+BENCHMARK_PREFIX = "tiny_"
+"""A family's benchmark name is ``tiny_<family>`` (the evaluate rule's wildcard, the tables' column)."""
+
+
+def evaluated_families() -> tuple[str, ...]:
+    """The families with an lm-eval benchmark and table columns (:attr:`Family.evaluated`), in registry order."""
+    return tuple(name for name, f in FAMILIES.items() if f.evaluated)
+
+
+def benchmark_name(family: str) -> str:
+    return f"{BENCHMARK_PREFIX}{family}"
+
+
+def tiny_benchmarks() -> tuple[str, ...]:
+    """Every evaluated family's benchmark name, in registry order (the tables' tiny columns)."""
+    return tuple(benchmark_name(f) for f in evaluated_families())
+
+
+def family_of_benchmark(name: str) -> str | None:
+    """The evaluated family behind a benchmark name, else None."""
+    family = name[len(BENCHMARK_PREFIX):] if name.startswith(BENCHMARK_PREFIX) else None
+    return family if family in FAMILIES and FAMILIES[family].evaluated else None
 
 
 def max_answer_chars(task: str, s) -> int:

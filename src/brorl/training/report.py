@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brorl.training.arms import arm_of
+from brorl.training.arms import Arm, arm_of, arm_plan
 
 FIELDS = ("arm", "seed", "n_rollouts", "prompts_per_step", "steps", "generated_samples", "sample_budget",
           "kept_samples", "validation_pass1_start", "validation_pass1_end", "tail_prompts", "q_pos_tail_start",
@@ -22,10 +22,26 @@ FIELDS = ("arm", "seed", "n_rollouts", "prompts_per_step", "steps", "generated_s
 ALPHA = 0.05
 
 
-def load_arms(results_dir: str | Path) -> dict[str, list[dict]]:
-    """``{arm: [summary + per-prompt arrays per seed]}`` from ``<results_dir>/<arm>/seed<s>/``."""
+def load_arms(results_dir: str | Path, rl: dict | None = None) -> dict[str, list[dict]]:
+    """``{arm: [summary + per-prompt arrays per seed]}`` from ``<results_dir>/<arm>/seed<s>/``.
+
+    ``rl`` (the config's ``rl`` section): the arms of :func:`brorl.training.arms.arm_plan` and the seeds of
+    ``rl.arms.seeds``, batch arms by N then the others (:attr:`Arm.order`), each folder required; None: every ``<arm>/seed<s>`` folder found."""
+    if rl is not None:
+        seeds = (rl.get("arms") or {}).get("seeds")
+        paths = []
+        for arm in (a.name for a in sorted(arm_plan(rl).values(), key=lambda a: a.order)):
+            found = ([Path(results_dir) / arm / f"seed{s}" / "summary.json" for s in seeds] if seeds is not None
+                     else sorted(Path(results_dir).glob(f"{arm}/seed*/summary.json")))
+            missing = [str(p) for p in found if not p.is_file()]
+            if missing or not found:
+                raise FileNotFoundError(f"arm {arm!r} of rl.arms has no summary: "
+                                        f"{', '.join(missing) or f'{results_dir}/{arm}/seed<s>/summary.json'}")
+            paths += found
+    else:
+        paths = sorted(Path(results_dir).glob("*/seed*/summary.json"))
     arms: dict[str, list[dict]] = {}
-    for path in sorted(Path(results_dir).glob("*/seed*/summary.json")):
+    for path in paths:
         arm = path.parent.parent.name
         summary = json.loads(path.read_text())
         z = np.load(path.parent / "probe.npz")
@@ -33,6 +49,8 @@ def load_arms(results_dir: str | Path) -> dict[str, list[dict]]:
         run = path.parent / "mlflow_run_id"
         summary["run_id"] = run.read_text().strip() if run.exists() else ""
         arms.setdefault(arm, []).append(summary)
+    if rl is not None:  # already in Arm.order
+        return {a: sorted(v, key=lambda s: s["seed"]) for a, v in arms.items()}
     return {a: sorted(v, key=lambda s: s["seed"]) for a, v in sorted(arms.items(), key=lambda kv: arm_of(kv[0]).order)}
 
 
@@ -78,12 +96,16 @@ def _monotone(xs: list[float]) -> bool:
     return all(b > a for a, b in zip(xs, xs[1:]))
 
 
-def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -> dict:
-    """Write the summary markdown, the per-arm-and-seed CSV and the figure; return the computed readings."""
+def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, rl: dict | None = None) -> dict:
+    """Write the summary markdown, the per-arm-and-seed CSV and the figure; return the computed readings.
+
+    ``rl``: the config's ``rl`` section; given, the arms are :func:`brorl.training.arms.arm_plan`'s objects (names,
+    kinds, N; folders of other arms are ignored); None: the arms are the result folders, known by their names."""
     import pandas as pd
 
     results_dir = Path(results_dir)
-    arms = {a: v for a, v in load_arms(results_dir).items() if a != "prorl"}
+    arms = {a: v for a, v in load_arms(results_dir, rl).items() if a != "prorl"}
+    plan: dict[str, Arm] = arm_plan(rl) if rl is not None else {a: arm_of(a) for a in arms}
     if not arms:
         raise FileNotFoundError(f"no arm summaries under {results_dir}/<arm>/seed<s>/summary.json")
     prorl = None
@@ -135,7 +157,7 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -
 
     metrics: dict = {}
     readings: list[str] = []
-    n_arms = [a for a in arms if arm_of(a).n is not None]
+    n_arms = [a for a in arms if plan[a].n is not None]
     base_name = n_arms[0] if n_arms else None  # the smallest N: the ProRL continuation (n16 in the paper)
     base = arms.get(base_name) if base_name else None
     if base:
@@ -167,14 +189,14 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -
             metrics[f"p_greater_vs_base/{arm}"] = test["p_greater"]
             lines.append(f"| {arm} | {test['delta']:+.4f} | {', '.join(f'{x:+.4f}' for x in sd)} | {test['t']:.2f} | "
                          f"{test['p_greater']:.3g} | {test['p_two_sided']:.3g} | {verdict} |")
-            if arm_of(arm).n is not None and test["delta"] > best:
+            if plan[arm].n is not None and test["delta"] > best:
                 best, best_arm, best_test, best_verdict = test["delta"], arm, test, verdict
         lines.append("")
         if best_arm:
             readings.append(
                 f"- **BroRL keeps improving at equal samples** (best larger-N arm beats {base_name}): best arm {best_arm}, "
                 f"Δ = {best_test['delta']:+.4f}, one-tailed p = {best_test['p_greater']:.3g}: **{best_verdict}**.")
-    ns = [(arm_of(a).n, runs) for a, runs in arms.items() if arm_of(a).n is not None]
+    ns = [(plan[a].n, runs) for a, runs in arms.items() if plan[a].n is not None]
     if len(ns) >= 2:
         rates = [float(np.mean([r["dynamic_sampling_pass_rate"] for r in runs])) for _, runs in ns]
         speeds = [float(np.mean([r["generation_samples_per_s"] for r in runs])) for _, runs in ns]
@@ -198,26 +220,26 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -
               f"seed-averaged exact pass@1, and 'yes' also needs every seed to agree in sign (α = {ALPHA}). "
               "A tiny character-level model on arithmetic is not the paper's 1.5B reasoning model: a 'no' here "
               "says the mechanism is not sufficient at this scale and budget, not that the paper is wrong.", ""]
-    _figure(arms, prorl_dir, png_path)
+    _figure(arms, prorl_dir, png_path, plan)
     lines += [f"![training curves]({Path(png_path).name})", ""]
     Path(md_path).write_text("\n".join(lines))
     return {"metrics": metrics, "readings": readings}
 
 
-def run_train_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None) -> dict:
+def run_train_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, rl=None) -> dict:
     """``brorl train-summary``: :func:`training_summary`; its metrics and files logged to the rule's MLflow run."""
     import mlflow
 
     from brorl.tracking import log_artifacts, numeric_metrics
 
-    out = training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=prorl_dir)
+    out = training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=prorl_dir, rl=rl)
     mlflow.log_metrics(numeric_metrics(out["metrics"]))
     log_artifacts(md_path, csv_path, png_path)
     print(f"[train-summary] wrote {md_path}")
     return out
 
 
-def _figure(arms, prorl_dir, png_path) -> None:
+def _figure(arms, prorl_dir, png_path, plan) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -239,7 +261,7 @@ def _figure(arms, prorl_dir, png_path) -> None:
     ax.set(title="Arms at equal samples: validation pass@1", xlabel="generated samples", ylabel="exact pass@1")
     ax.legend(fontsize=8)
     ax = axes[2]
-    ns = [(arm_of(a).n, runs) for a, runs in arms.items() if arm_of(a).n is not None]
+    ns = [(plan[a].n, runs) for a, runs in arms.items() if plan[a].n is not None]
     if ns:
         nn = [n for n, _ in ns]
         ax.plot(nn, [np.mean([r["dynamic_sampling_pass_rate"] for r in runs]) for _, runs in ns], "o-", color="C0")

@@ -1,11 +1,10 @@
-"""lm-eval task definitions of the tiny profile, shipped with the package (an lm-eval ``--include_path``).
+"""The hooks of the tiny profile's lm-eval tasks: ``utils.py`` (the loader and the scorer).
 
-``brorl_tiny_add.yaml``, ``brorl_tiny_multiple.yaml`` (one task per tiny family) and the group ``brorl_tiny.yaml``
-are written by :func:`brorl.evaluation.tiny.write_shipped_tasks` with the default decoding (k, temperature and
-generation length of :class:`brorl.evaluation.tiny.TinyDefaults`); they read the data from ``--metadata
-'{"data_dir": ...}'``. :func:`brorl.evaluation.tiny.render_tasks` writes the same files with another decoding and
-an absolute data path. ``utils.py`` holds the loader and the scorer. See :mod:`brorl.evaluation.tiny` for the
-exact stock ``lm_eval`` command lines.
+The task YAMLs themselves are not shipped: :func:`brorl.evaluation.tiny.render_tasks` renders
+``brorl_tiny_<family>.yaml`` (one task per evaluated family of :data:`brorl.tasks.FAMILIES`) and the group
+``brorl_tiny.yaml`` from the family registry at run time and copies ``utils.py`` beside them;
+``python -m brorl.evaluation.tiny DIR`` writes the portable form (data from ``--metadata '{"data_dir": ...}'``) for
+the stock ``lm_eval`` CLI. See :mod:`brorl.evaluation.tiny` for the exact command lines.
 """
 
 from pathlib import Path

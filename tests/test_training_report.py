@@ -1,0 +1,61 @@
+"""The training summary (brorl.training.report) reads the planned arms (arm_plan) when given the rl section."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from brorl.training.report import load_arms, training_summary
+
+RL = {"arms": {"batches": [{"n_rollouts": 16, "prompts_per_step": 4}, {"n_rollouts": 64, "prompts_per_step": 1}],
+               "schedule": [16, 64], "seeds": [0, 1], "sample_budget": 1024}}
+
+
+def _arm(root, arm, seed, n, rng):
+    d = root / arm / f"seed{seed}"
+    d.mkdir(parents=True)
+    q0 = rng.uniform(0, 1, 40)
+    np.savez(d / "probe.npz", q_start=q0, q_end=np.clip(q0 + rng.normal(0.01 * n[-1] / 16, 0.01, 40), 0, 1))
+    summary = {"arm": arm, "seed": seed, "n_rollouts": n, "prompts_per_step": [1024 // n[0]] * len(n), "steps": 4,
+               "generated_samples": 1024, "sample_budget": 1024, "kept_samples": 512,
+               "validation_pass1_start": float(q0.mean()), "validation_pass1_end": float(q0.mean()) + 0.01 * seed,
+               "tail_prompts": 3, "q_pos_tail_start": 0.01, "q_pos_tail_end": 0.02, "zero_fraction_end": 0.1,
+               "multi_frac_correct_improved": 0.5, "multi_worst_correct_delta": -0.01,
+               "dynamic_sampling_pass_rate": 0.4 + n[0] / 1000, "generation_samples_per_s": 100.0 + n[0],
+               "wall_time_s": 10.0, "peak_rss_mb": 500.0}
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "metrics.csv").write_text("arm_generated_samples,probe_q_pos_mean\n0,0.5\n1024,0.6\n")
+
+
+@pytest.fixture()
+def results(tmp_path):
+    rng = np.random.default_rng(0)
+    root = tmp_path / "train"
+    for arm, n in (("n16", [16]), ("n64", [64]), ("schedule", [16, 64]), ("n4", [4])):  # n4: not in the plan
+        for seed in (0, 1):
+            _arm(root, arm, seed, n, rng)
+    return root
+
+
+def test_summary_reads_the_planned_arms(results, tmp_path):
+    planned = load_arms(results, RL)
+    assert list(planned) == ["n16", "n64", "schedule"]  # arm_plan's arms (Arm.order), the stale n4 left out
+    assert list(load_arms(results)) == ["n4", "n16", "n64", "schedule"]  # no plan: every result folder
+    out = training_summary(results, tmp_path / "s.md", tmp_path / "s.csv", tmp_path / "s.png", rl=RL)
+    md = (tmp_path / "s.md").read_text()
+    assert "| n4 |" not in md and "| schedule |" in md
+    assert "against the ProRL continuation n16" in md  # the smallest-N batch arm of the plan
+    assert set(out["metrics"]) >= {"delta_vs_base/n64", "delta_vs_base/schedule", "pass_rate/n64"}
+    assert "pass_rate/n4" not in out["metrics"]
+    # without the plan (the command's old call) the folders decide, n4 included
+    old = training_summary(results, tmp_path / "o.md", tmp_path / "o.csv", tmp_path / "o.png")
+    assert "against the ProRL continuation n4" in (tmp_path / "o.md").read_text()
+    assert old["metrics"]["pass_rate/n4"] == pytest.approx(0.404)
+
+
+def test_summary_names_a_missing_planned_seed(results, tmp_path):
+    rl = {"arms": {**RL["arms"], "seeds": [0, 1, 2]}}
+    with pytest.raises(FileNotFoundError, match=r"arm 'n16' of rl.arms has no summary: .*n16/seed2/summary.json"):
+        load_arms(results, rl)
