@@ -308,6 +308,9 @@ class BroRLTrainer(GRPOTrainer):
                 rank = self.accelerator.process_index
                 rewards = rewards[rank * len(rows):(rank + 1) * len(rows)]
             all_rewards.append(rewards)
+            if time.perf_counter() - t0 >= 10 and self.accelerator.is_main_process:  # a progress line for long rounds
+                print(f"[rl] step {self.state.global_step + 1} round {r + 1}: {len(rows) // n} prompts x N={n} on this "
+                      f"process, reward mean {rewards.mean().item():.3f}, {time.perf_counter() - t0:.0f} s", flush=True)
             samples = [_Sample(p, c, None if logps is None else logps[i], float(rw))
                        for i, (p, c, rw) in enumerate(zip(prompt_ids, completion_ids, rewards.tolist()))]
             return rewards.view(-1, n), [samples[g * n:(g + 1) * n] for g in range(len(samples) // n)]
