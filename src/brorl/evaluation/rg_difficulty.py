@@ -2,7 +2,7 @@
 
 For a candidate list of Reasoning Gym tasks (at reasoning-gym's default settings, or the dataset config keys of
 ``task_configs``: a difficulty), ``prompts`` problems each are
-generated (:func:`brorl.data.benchmarks.generate_reasoning_gym`: RG's own prompt text, in the user turn
+generated (:func:`brorl.data.reasoning_gym.generate_reasoning_gym`: RG's own prompt text, in the user turn
 under the model's chat template, exactly as training and the lm-eval task see it), ``k`` completions per
 problem are sampled with the training engine and temperature, and each is scored with the training reward
 (:func:`brorl.data.training.make_paper_reward`: the last ``<answer>`` pair, the task's own verifier, a
@@ -31,7 +31,7 @@ def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from brorl.data.benchmarks import generate_reasoning_gym
+    from brorl.data.reasoning_gym import generate_reasoning_gym
     from brorl.models.sampling import SAMPLERS
     from brorl.tasks.core import format_prompt
     from brorl.data.training import make_paper_reward, training_record

@@ -19,7 +19,8 @@ A grader sits inside the training loop, so it must never hang and never raise.  
 latex2sympy/ANTLR) can spend unbounded time on adversarial answers -- ``\\boxed{9^{9^{9^{9}}}}`` makes
 sympy compute a 370-million-digit integer inside C code where no Python signal can interrupt it -- and
 its own timeouts use ``signal.alarm``, which only works on the main thread.  So every verification runs
-in a small pool of worker processes managed here (:class:`RewardPool`):
+in a small pool of worker processes managed here (:class:`RewardPool`, on the generic
+:class:`brorl.rewards.deadline_pool.DeadlinePool`):
 
 * each task has a *hard* deadline enforced by the parent (the worker is SIGKILLed and replaced) and a
   *soft* deadline inside the worker (an interval timer raises out of Python code, so the common slow

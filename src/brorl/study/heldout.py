@@ -75,9 +75,11 @@ def _trim(row, eos_id: int) -> list[int]:
 def sampled_probabilities(model_dir: str | Path, data_dir: str | Path, split: str = "validation", *,
                           samples: int = 256, max_tokens: int = 0, temperature: float = 1.0, top_p: float = 1.0,
                           engine: str = "hf", seed: int = 1234, vllm_args: dict | None = None,
-                          chunk_samples: int = 4096, progress: bool = True) -> dict[str, np.ndarray]:
+                          chunk_samples: int = 4096, progress: bool = True,
+                          source: str | None = None) -> dict[str, np.ndarray]:
     """Per-prompt p estimated from ``samples`` completions scored by the training reward (the stage's
-    :func:`brorl.training.stage.make_reward`); same keys as :func:`probabilities` plus ``correct`` and
+    :func:`brorl.training.stage.make_reward` of the data source kind ``source``: the declared profile.data);
+    same keys as :func:`probabilities` plus ``correct`` and
     ``samples`` (no per-answer probe probabilities: ``answer_probs`` is empty)."""
     import torch
     from transformers import AutoTokenizer
@@ -114,7 +116,7 @@ def sampled_probabilities(model_dir: str | Path, data_dir: str | Path, split: st
         rows = [[_trim(r, eos) for r in block.tolist()] for block in ids]
     else:
         raise ValueError(f"heldout.engine: {engine!r} is not one of hf, vllm")
-    reward = make_reward(records, tok)
+    reward = make_reward(records, tok, source)
     flat = [r for block in rows for r in block]
     owner = [i for i, block in enumerate(rows) for _ in block]
     scores = np.asarray(reward(prompts=None, completions=tok.batch_decode(flat, skip_special_tokens=False),
@@ -145,21 +147,24 @@ def _vllm_samples(model_dir, prompts, samples, max_tokens, temperature, top_p, s
     return rows
 
 
-def measure(model_dir: str | Path, data_dir: str | Path, heldout: dict | None = None) -> dict[str, np.ndarray]:
-    """Held-out per-prompt p of a checkpoint by the ``study.heldout`` settings (:data:`HELDOUT_DEFAULTS`)."""
+def measure(model_dir: str | Path, data_dir: str | Path, heldout: dict | None = None, *,
+            source: str | None = None) -> dict[str, np.ndarray]:
+    """Held-out per-prompt p of a checkpoint by the ``study.heldout`` settings (:data:`HELDOUT_DEFAULTS`);
+    ``source``: the data source kind whose reward scores sampled completions (the declared profile.data)."""
     h = {**HELDOUT_DEFAULTS, **(heldout or {})}
     if h["mode"] == "exact":
         return probabilities(model_dir, data_dir, h["split"])
     return sampled_probabilities(model_dir, data_dir, h["split"], samples=h["samples"], max_tokens=h["max_tokens"],
                                  temperature=h["temperature"], top_p=h["top_p"], engine=h["engine"],
-                                 seed=h["seed"], vllm_args=h["vllm_args"])
+                                 seed=h["seed"], vllm_args=h["vllm_args"], source=source)
 
 
-def measure_cached(model_dir: str | Path, data_dir: str | Path, heldout: dict | None, cache_dir) -> dict:
+def measure_cached(model_dir: str | Path, data_dir: str | Path, heldout: dict | None, cache_dir, *,
+                   source: str | None = None) -> dict:
     """:func:`measure`, kept in ``cache_dir`` (keyed by the settings, the data folder and the model files'
     sizes and times) so a start model shared by many arms is measured once. ``cache_dir`` None: no cache."""
     if cache_dir is None:
-        return measure(model_dir, data_dir, heldout)
+        return measure(model_dir, data_dir, heldout, source=source)
     import hashlib
     import os
 
@@ -172,7 +177,7 @@ def measure_cached(model_dir: str | Path, data_dir: str | Path, heldout: dict | 
     if path.exists():
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
-    out = measure(model_dir, data_dir, heldout)
+    out = measure(model_dir, data_dir, heldout, source=source)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
     np.savez(tmp, **out)
@@ -241,15 +246,17 @@ def run_study_arm(config: dict, init_model_dir, data_dir, work_dir, model_out, r
     stages = [{**st, "seed": seed} for st in config["stages"]]
 
     def heldout(summary):
-        log_heldout(config, init_model_dir, data_dir, model_out, results_out, arm=arm, seed=seed)
+        log_heldout(config, init_model_dir, data_dir, model_out, results_out, arm=arm, seed=seed, source=source)
 
     run_rule_arm(init_model_dir, data_dir, work_dir, stages, model_out, results_out, arm=arm, seed=seed,
                  source=source, open_run=open_run, after=heldout if config.get("heldout", True) else None)
 
 
-def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, *, arm: str, seed: int) -> dict:
+def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, *, arm: str, seed: int,
+                source: str | None = None) -> dict:
     """Held-out metrics of ``model_out`` against ``init_model_dir``: exact p on the test split (the tiny study), or
-    sampled by ``config["heldout_settings"]`` (the paper data; the start model's kept in ``heldout_cache``);
+    sampled by ``config["heldout_settings"]`` (the paper data, scored by the reward of ``source``, the declared
+    profile.data; the start model's kept in ``heldout_cache``);
     ``heldout.npz`` and ``heldout.json`` written beside the arm's results and logged to the active MLflow run."""
     import mlflow
 
@@ -259,8 +266,8 @@ def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, 
     if settings is None:  # the tiny study: exact p on the test split
         start, end = probabilities(init_model_dir, data_dir), probabilities(model_out, data_dir)
     else:
-        start = measure_cached(init_model_dir, data_dir, settings, config.get("heldout_cache"))
-        end = measure(model_out, data_dir, settings)
+        start = measure_cached(init_model_dir, data_dir, settings, config.get("heldout_cache"), source=source)
+        end = measure(model_out, data_dir, settings, source=source)
     out = metrics(end, start, ks=config.get("heldout_k") or DEFAULT_K)
     results = Path(results_out)
     save(results / "heldout.npz", start, end)

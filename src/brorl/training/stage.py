@@ -283,7 +283,8 @@ def _number(v):
 
 def make_reward(records: list[dict], tokenizer, source: str | None = None):
     """The reward of the data source kind ``source`` (brorl.profile.SOURCES: the declared profile.data): the
-    tiny tasks' exact check, or the paper data's per-kind reward. ``None`` (a direct call without a profile):
+    tiny tasks' exact check, or the paper data's per-kind reward. Every pipeline caller passes it (the stage
+    runner, the study's held-out scoring). ``None`` is for direct calls without a profile (tests, benchmarks):
     the kind the records declare (a paper training record names its ``reward`` kind)."""
     from brorl.profile import SOURCES
     from brorl.data.training import is_paper_record

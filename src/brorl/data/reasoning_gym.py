@@ -1,0 +1,206 @@
+"""The Reasoning Gym benchmark: its problems generated locally (no hub snapshot), as records in the benchmark
+converters' format (:mod:`brorl.data.benchmarks`, whose :func:`~brorl.data.benchmarks.prepare_benchmark` caches
+them as JSONL).
+
+A record: ``category`` (one of the paper's 11), ``task`` (the reasoning-gym dataset), ``entry`` (the
+reasoning-gym item as a JSON string, what its verifier scores) and ``answer`` (its gold answer, "" for the tasks
+whose verifier checks validity instead: boxnet, graph_color, propositional_logic, rubiks_cube, rush_hour in
+0.1.25). Its prompt is the question, then reasoning-gym's own ``SYSTEM_PROMPTS["default"]`` text
+(:data:`RG_INSTRUCTION`) asking for the answer in ``<answer></answer>`` tags, put in the user turn (DeepSeek-R1's
+recommendation: no system prompt). ProRL says only that answers go in ``<answer>`` tags; the wording is our choice.
+
+100 samples per task (ProRL's "100 held-out samples per task") for every reasoning-gym dataset
+whose module lies in one of the paper's 11 categories (algebra, algorithmic, arc, arithmetic, code,
+cognition, games, geometry, graphs, induction, logic: 104 tasks in reasoning-gym 0.1.25, every category
+present; the package's ``probability`` category and the ``composite`` wrapper are not among them). Default
+configs (the ones :func:`brorl.rewards.reasoning_gym_reward` scores with) and one fixed seed,
+:data:`RG_SEED`, far from the small seeds training generators use, which is what "held out" means here.
+Generation runs offline in a child process (``python -m brorl.data.reasoning_gym``) with ``PYTHONHASHSEED=0``
+and the global ``random`` / numpy RNGs seeded per task: five tasks (isomorphic_strings, knight_swap,
+polynomial_multiplication, ransom_note, word_ladder) iterate over sets of strings, so their items change with
+the hash seed, and two (list_functions, codeio) draw from the global RNGs; without both measures a rerun does
+not reproduce the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import decimal
+import fractions
+import hashlib
+import io
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from brorl import rewards
+from brorl.data.catalog import RG_CATEGORIES
+
+RG_INSTRUCTION = (
+    "Given a problem, your task is to answer the question by thinking step-by-step in a clear and specific "
+    "manner.\nOnce you have thought about the reasoning process, provide the answer in the following format:\n"
+    "<answer>answer here</answer>\nDo not explain your reasoning inside the answer tags, provide only the final "
+    "answer. When an example is provided, you should strictly follow the format of the output/answer in that "
+    "example.")
+"""reasoning-gym 0.1.25's ``SYSTEM_PROMPTS["default"]`` (one trailing newline dropped), used as part of the user
+message [our choice of wording; ProRL: answers in <answer></answer> tags]."""
+
+RG_SAMPLES_PER_TASK = 100
+RG_SEED = 1_000_000_000
+"""Item i of every task is generated from seed ``RG_SEED + i`` (reasoning-gym's per-item seeding); training
+generators must stay clear of [RG_SEED, RG_SEED + samples_per_task)."""
+
+
+def reasoning_gym_version() -> str | None:
+    """The installed reasoning-gym's version (None when it is not installed)."""
+    try:
+        return importlib_metadata.version("reasoning-gym")
+    except importlib_metadata.PackageNotFoundError:
+        return None
+
+
+def reasoning_gym_tasks(categories: Sequence[str] = RG_CATEGORIES) -> dict[str, str]:
+    """``{task: category}`` for every registered reasoning-gym dataset whose module lies in ``categories``
+    (the category is the subpackage: ``reasoning_gym.<category>.<module>``)."""
+    import reasoning_gym  # noqa: F401 -- registers the datasets
+    from reasoning_gym.factory import DATASETS
+
+    out = {}
+    for name, (cls, _config) in sorted(DATASETS.items()):
+        parts = cls.__module__.split(".")
+        if len(parts) > 1 and parts[0] == "reasoning_gym" and parts[1] in categories:
+            out[name] = parts[1]
+    return out
+
+
+def missing_rg_categories(categories: Sequence[str] = RG_CATEGORIES) -> list[str]:
+    """Categories with no reasoning-gym dataset in the installed version (none in 0.1.25)."""
+    present = set(reasoning_gym_tasks(categories).values())
+    return [c for c in categories if c not in present]
+
+
+def _json_default(o):
+    if isinstance(o, (set, frozenset)):
+        return sorted(o, key=repr)
+    if isinstance(o, (fractions.Fraction, decimal.Decimal)):
+        return str(o)
+    if hasattr(o, "tolist"):  # numpy arrays and scalars
+        return o.tolist()
+    return str(o)
+
+
+def _seed_numpy(seed: int, task: str) -> None:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        return
+    np.random.seed(int.from_bytes(hashlib.sha256(f"brorl-rg:{seed}:{task}".encode()).digest()[:4], "little"))
+
+
+def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
+    """Generate the records (run in the child process, see :func:`generate_reasoning_gym`)."""
+    import reasoning_gym
+
+    from brorl.data.benchmarks import PROMPT_SEPARATOR  # the child imports the converters anyway
+
+    version = reasoning_gym_version()
+    seed, n = int(params["seed"]), int(params["samples_per_task"])
+    task_cats = reasoning_gym_tasks(params["categories"])
+    tasks = params.get("tasks") or sorted(task_cats)
+    unknown = [t for t in tasks if t not in task_cats]
+    if unknown:
+        raise ValueError(f"not reasoning-gym tasks of the categories {list(params['categories'])}: {unknown}")
+    configs = params.get("task_configs") or {}  # task -> its dataset config keys (default: reasoning-gym's)
+    records, no_gold, mismatch, below_one = [], [], [], []
+    for task in tasks:
+        # Some generators draw from the global RNGs (list_functions calls random.randint; codeio runs code
+        # snippets that may): seed them per task, so a task's items do not depend on what ran before.
+        random.seed(f"brorl-rg:{seed}:{task}")
+        _seed_numpy(seed, task)
+        with contextlib.redirect_stdout(io.StringIO()):  # a few generators print
+            ds = reasoning_gym.create_dataset(task, seed=seed, size=n, **configs.get(task, {}))
+            items = [ds[i] for i in range(n)]
+        score = reasoning_gym.get_score_answer_fn(task)  # what brorl.rewards scores with
+        for i, item in enumerate(items):
+            entry = json.dumps(item, default=_json_default, ensure_ascii=True)
+            answer = item.get("answer")
+            if answer is None:
+                no_gold.append(task)
+            else:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    try:
+                        s_orig = float(score(answer, item))
+                        s_json = float(score(answer, rewards.parse_reasoning_gym_entry(entry)))
+                    except Exception as e:  # noqa: BLE001
+                        s_orig, s_json = float("nan"), repr(e)
+                if s_json != s_orig:
+                    mismatch.append(task)
+                if not s_orig >= 1.0:
+                    below_one.append(task)
+            question = str(item["question"])
+            records.append({
+                "id": f"{task}-{i:03d}", "benchmark": "reasoning_gym", "category": task_cats[task], "task": task,
+                "prompt": question + PROMPT_SEPARATOR + RG_INSTRUCTION, "problem": question,
+                "answer": "" if answer is None else str(answer), "entry": entry,
+                "source": f"reasoning-gym=={version} {task} seed={seed} index={i}"
+                          + (f" config={json.dumps(configs[task], sort_keys=True)}" if task in configs else "")})
+    report = {"reasoning_gym": version, "n_tasks": len(tasks),
+              "categories": {c: sum(1 for t in tasks if task_cats[t] == c) for c in params["categories"]},
+              "tasks_without_gold": sorted(set(no_gold)), "gold_changes_through_json": sorted(set(mismatch)),
+              "gold_below_one": sorted(set(below_one))}
+    return records, report
+
+
+def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SAMPLES_PER_TASK,
+                           tasks: Sequence[str] | None = None, categories: Sequence[str] = RG_CATEGORIES,
+                           timeout: float | None = 3600,
+                           task_configs: Mapping[str, Mapping] | None = None) -> tuple[list[dict], dict]:
+    """The Reasoning Gym records and a generation report, made in a child process with ``PYTHONHASHSEED=0``
+    (offline: reasoning-gym ships its data). ``tasks`` None: every task of ``categories``. ``task_configs``: task ->
+    its reasoning-gym dataset config keys (a difficulty, e.g. ``{"max_terms": 2}``); default: reasoning-gym's."""
+    if int(samples_per_task) < 1:
+        raise ValueError(f"samples_per_task must be >= 1, got {samples_per_task}")
+    params = {"seed": int(seed), "samples_per_task": int(samples_per_task),
+              "tasks": None if tasks is None else list(tasks), "categories": list(categories)}
+    if task_configs:  # only when given: the parameters (and the records) of existing runs stay as they were
+        params["task_configs"] = {t: dict(c) for t, c in task_configs.items()}
+    src_root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONHASHSEED": "0",
+           "PYTHONPATH": os.pathsep.join(p for p in (src_root, os.environ.get("PYTHONPATH")) if p)}
+    with tempfile.TemporaryDirectory(prefix="brorl-rg-") as tmp:
+        params_path, out_path = Path(tmp) / "params.json", Path(tmp) / "out.json"
+        params_path.write_text(json.dumps(params))
+        proc = subprocess.run([sys.executable, "-m", "brorl.data.reasoning_gym", "--generate-reasoning-gym",
+                               str(params_path), str(out_path)], env=env, capture_output=True, text=True,
+                              timeout=timeout, cwd=tmp)  # some generators write files (planet.com) into the cwd
+        if proc.returncode != 0 or not out_path.is_file():
+            raise RuntimeError(f"reasoning-gym generation failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        out = json.loads(out_path.read_text())
+    return out["records"], out["report"]
+
+
+def _main(argv: Sequence[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--generate-reasoning-gym":
+        params = json.loads(Path(argv[1]).read_text())
+        records, report = _generate_rg(params)
+        Path(argv[2]).write_text(json.dumps({"records": records, "report": report}))
+        return 0
+    print("usage: python -m brorl.data.reasoning_gym --generate-reasoning-gym PARAMS.json OUT.json",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
+
+
+__all__ = [
+    "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "reasoning_gym_version",
+    "RG_INSTRUCTION", "RG_SAMPLES_PER_TASK", "RG_SEED",
+]
