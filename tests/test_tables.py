@@ -512,3 +512,35 @@ def test_tiny_columns_and_probes_derive_from_the_family_registry(tiny, tmp_path)
     finally:
         del FAMILIES["zz"]
     assert "tiny_zz" not in benchmarks.benchmark_names() and plan_mod.TINY == base
+
+
+# --------------------------------------------------------------------------------------- small profile
+
+def test_small_profile_baseline_is_its_start_model_and_absent_categories_say_so(tmp_path):
+    """The small profile's fetched start is rl.start_model (smollm2), not a ProRLv2 checkpoint: its evaluation fills
+    the baseline row; Reasoning Gym categories its tasks do not cover are 'not evaluated', not 'missing'."""
+    import yaml
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "small.yaml").read_text())
+    plan_cfg = {k: cfg.get(k) for k in ("profile", "rl", "evaluation", "checkpoints")}
+    plan = Plan.from_config(plan_cfg)
+    assert plan.start_model == "smollm2" and "smollm2" not in plan.extra_models and not plan.train_prorl
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    st = Store(tmp_path, "brorl-small", "small")
+    os.environ["MLFLOW_TRACKING_URI"] = st.uri
+    try:
+        for j, model in enumerate(["smollm2", "n16-seed0", "n64-seed0"]):
+            st.evaluate(model, "reasoning_gym", samples=[{"id": "x", "category": "arithmetic", "correct": [1, 0]}],
+                        metrics={"mean_at_k": 0.15 + 0.01 * j, "category/arithmetic/mean_at_k": 0.15 + 0.01 * j})
+        st.train("train_arm", TRAIN[("n16", "0")], {"arm": "n16", "seed": "0"}, n=16, b=8)
+        st.train("train_arm", TRAIN[("n64", "0")], {"arm": "n64", "seed": "0"}, n=64, b=2)
+        _, rows, _, _ = build(st, "table5", tmp_path, plan=plan_cfg)
+        _, rows1, _, _ = build(st, "table1", tmp_path, plan=plan_cfg)
+    finally:
+        _restore_tracking(old)
+    base = ours(rows, "Baseline (start model smollm2, fetched)")
+    assert base["source"] == "ours (small)" and base["arithmetic"] == "15.00" and base["avg"] == "15.00"
+    assert base["steps"] == "— (not trained here: the start model smollm2 is fetched)"
+    assert ours(rows, "BroRL n64")["algebra"] == "— (not evaluated: no algebra task in the small profile's reasoning_gym)"
+    assert not [r for r in rows if "ProRLv2" in r["row"] and r["source"].startswith("ours")]
+    assert ours(rows1, "Baseline (start model smollm2, fetched)")["reasoning_gym"] == "15.00"

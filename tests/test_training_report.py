@@ -59,3 +59,29 @@ def test_summary_names_a_missing_planned_seed(results, tmp_path):
     rl = {"arms": {**RL["arms"], "seeds": [0, 1, 2]}}
     with pytest.raises(FileNotFoundError, match=r"arm 'n16' of rl.arms has no summary: .*n16/seed2/summary.json"):
         load_arms(results, rl)
+
+
+def test_no_exact_validation_reads_as_not_measured_never_as_worse(tmp_path):
+    """Arms of a profile with no exact validation pass@1 (the small profile: Reasoning Gym, summaries carry NaN and
+    no probe) read as "not measured"; a NaN test is never worded as a significant change."""
+    root = tmp_path / "train"
+    rl = {"arms": {"batches": [{"n_rollouts": 16, "prompts_per_step": 8}, {"n_rollouts": 64, "prompts_per_step": 2}],
+                   "seeds": [0], "sample_budget": 128}}
+    for arm, n, rate in (("n16", 16, 0.667), ("n64", 64, 1.0)):
+        d = root / arm / "seed0"
+        d.mkdir(parents=True)
+        nan = float("nan")
+        (d / "summary.json").write_text(json.dumps({
+            "arm": arm, "seed": 0, "n_rollouts": [n], "prompts_per_step": [128 // n], "steps": 1,
+            "generated_samples": 128, "validation_pass1_start": nan, "validation_pass1_end": nan,
+            "q_pos_tail_start": nan, "q_pos_tail_end": nan, "zero_fraction_end": nan, "tail_prompts": 0,
+            "multi_frac_correct_improved": nan, "multi_worst_correct_delta": nan,
+            "dynamic_sampling_pass_rate": rate, "generation_samples_per_s": 1.7 if n == 16 else 2.7,
+            "wall_time_s": 500.0, "peak_rss_mb": 7500.0}))
+        (d / "metrics.csv").write_text("arm_generated_samples,reward_mean,probe_q_pos_mean\n128,0.3,nan\n")
+        np.savez(d / "probe.npz", q_start=np.zeros(0), q_end=np.zeros(0), ids=np.zeros(0))  # as train_arm writes it
+    training_summary(root, tmp_path / "s.md", tmp_path / "s.csv", tmp_path / "s.png", rl=rl)
+    md = (tmp_path / "s.md").read_text()
+    assert "not measured by this profile's arms" in md
+    assert "significantly" not in md and "ProRL stalls" not in md and "+nan" not in md
+    assert "N=16: 0.667, N=64: 1.000" in md and "N=16: 1.7/s, N=64: 2.7/s" in md

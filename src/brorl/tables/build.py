@@ -58,8 +58,10 @@ class Builder:
     # ------------------------------------------------------------------ rows
     def subjects(self, trained_only: bool = False) -> list[Subject]:
         p = self.plan
-        out = [Subject("prorl", "prorl", "ProRL stage (start checkpoint)" if p.train_prorl
-                       else "Baseline (ProRLv2 checkpoint, fetched)", ["prorl"], ["-"])]
+        start = p.start_model
+        label = ("ProRL stage (start checkpoint)" if p.train_prorl else "Baseline (ProRLv2 checkpoint, fetched)"
+                 if start == "prorl" else f"Baseline (start model {start}, fetched)")
+        out = [Subject("prorl", start, label, [start], ["-"])]
         base = p.base_arm
         for arm in p.arms:
             a = arm_of(arm)  # a batch arm: ProRL (the smallest N) or BroRL at its N; another kind: its kind
@@ -112,7 +114,8 @@ class Builder:
             return [], [f"not trained here: {s.key} is a fetched checkpoint"]
         if s.kind == "prorl":
             if not self.plan.train_prorl:
-                return [], ["not trained here: the ProRLv2 checkpoint is fetched"]
+                return [], ["not trained here: the ProRLv2 checkpoint is fetched" if s.key == "prorl"
+                            else f"not trained here: the start model {s.key} is fetched"]
             run = self.store.prorl()
             return ([("prorl_stage", run)], []) if run else ([], [self.store.prorl_missing()])
         runs, gaps = [], []
@@ -171,6 +174,10 @@ class Builder:
         if run is None:
             return None, self.store.eval_missing(model, benchmark), ""
         v = run.metric(metric)
+        if v is None and metric.startswith("category/") and any(k.startswith("category/") for k in run.metrics):
+            # the run scored other categories: its benchmark (the profile's Reasoning Gym tasks) has none of this one
+            category = metric.split("/")[1]
+            return None, f"not evaluated: no {category} task in the {self.profile} profile's {benchmark}", ""
         if v is None:
             return None, f"missing: metric {metric} not logged by evaluate run {run.run_id} ({model} / {benchmark})", ""
         return 100.0 * v, f"evaluate {model}/{benchmark}", run.run_id

@@ -187,7 +187,7 @@ class FigureBuilder:
         curves = {s.key: self._arm_curves(s) for s in arms}
         start, start_id = {}, {}
         for task in tasks:
-            v, rid = self._task_score("prorl", task)
+            v, rid = self._task_score(self.plan.start_model, task)
             if v is None:
                 self.gaps.append(rid)
             else:

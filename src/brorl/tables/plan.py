@@ -60,6 +60,7 @@ class Plan:
     extra_models: list[str] = field(default_factory=list)  # evaluated checkpoints not trained here
     train_prorl: bool = True                             # False: the ProRL checkpoint is fetched
     data: str = "tasks"                                  # the profile's data source kind (brorl.profile)
+    start_model: str = "prorl"                           # the arms' start: the ProRL stage or rl.start_model
 
     def __post_init__(self):
         self.arms = sorted(dict.fromkeys(self.arms), key=lambda a: arm_of(a).order)
@@ -85,14 +86,15 @@ class Plan:
         rl = config.get("rl") or {}
         arms_cfg = rl.get("arms") or {}
         arms = list(arm_plan(rl))
+        start = "prorl" if declared.trains_start else rl.get("start_model") or "prorl"
         ev = config.get("evaluation") or {}
         benchmarks = ev.get("benchmarks") or default_benchmarks(declared, (config.get("tasks") or {}).get("tasks"))
         if ev.get("models") is not None:
-            extra = [m for m in ev["models"] if m != "prorl" and not _ARM_MODEL.fullmatch(m)]
+            extra = [m for m in ev["models"] if m != start and not _ARM_MODEL.fullmatch(m)]
         else:
-            extra = [m for m in ((config.get("checkpoints") or {}).get("fetch") or {}) if m != "prorl"]
+            extra = [m for m in ((config.get("checkpoints") or {}).get("fetch") or {}) if m != start]
         return cls(profile=profile, arms=arms, seeds=arms_cfg.get("seeds", []), benchmarks=list(benchmarks),
-                   extra_models=extra, train_prorl=declared.trains_start, data=declared.data)
+                   extra_models=extra, train_prorl=declared.trains_start, data=declared.data, start_model=start)
 
     @classmethod
     def infer(cls, store, profile=None) -> "Plan":
