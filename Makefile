@@ -39,7 +39,7 @@ pull: setup                ## fresh clone: fetch DVC-tracked outputs and mark th
 
 STUDY_DOCS ?= docs/results/study/batch_vs_n
 study-docs:                ## copy the study's generated summary (results/study/) to $(STUDY_DOCS)
-	mkdir -p $(STUDY_DOCS) && cp results/study/summary.md results/study/summary.csv results/study/*.png $(STUDY_DOCS)/
+	mkdir -p $(STUDY_DOCS) && cp results/study/summary.md results/study/*.csv results/study/*.png $(STUDY_DOCS)/
 	# its verdict paragraph, between the study-verdict markers of the README and docs/study.md
 	for doc in README.md docs/study.md; do \
 		PYTHONPATH=src $(BIN)/python -m brorl.study.report results/study/summary.md $$doc || exit 1; done

@@ -22,7 +22,8 @@ STUDY_ARMS = [f"results/study/{setting}/n{n}/seed{seed}" for setting, n in STUDY
 STUDY_ARM_FILES = [f"{arm}/{name}" for arm in STUDY_ARMS for name in ("summary.json", "heldout.json")]
 STUDY_MODELS = [arm.replace("results/", "resources/", 1) for arm in STUDY_ARMS]
 STUDY_SUMMARY = ["results/study/summary.md", "results/study/summary.csv", "results/study/delta.png",
-                 "results/study/base.png", "results/study/budget.png", "results/study/saturation.png"] if STUDY else []
+                 "results/study/base.png", "results/study/budget.png", "results/study/saturation.png",
+                 "results/study/seeds.csv", "results/study/verdicts.csv"] if STUDY else []
 STUDY_POOL_FILES = [f"{POOLS['fresh']}/{task}/{split}.jsonl" for task in config.get("tasks", {}).get("tasks", [])
                     for split in ("train", "validation", "test")] + [f"{POOLS['fresh']}/tasks.json"] if PRORL_STAGE else []
 STUDY_OUTPUTS = STUDY_SUMMARY + STUDY_MODELS
@@ -113,7 +114,9 @@ if STUDY:
             base=report("results/study/base.png", category="Study", caption="../report/study_base.rst"),
             budget=report("results/study/budget.png", category="Study", caption="../report/study_budget.rst"),
             saturation=report("results/study/saturation.png", category="Study",
-                              caption="../report/study_saturation.rst"),  # both written beside summary.md
+                              caption="../report/study_saturation.rst"),  # these four written beside summary.md
+            seeds="results/study/seeds.csv",  # per-seed values of every arm (the unit of every test)
+            verdicts="results/study/verdicts.csv",  # every comparison: seed-level test (decides), prompt-level
         params:
             cfg=as_json({"rl": config["rl"], "study": STUDY_CFG, "order": all_settings(STUDY_CFG)}),  # JSON sorts keys
         log:
