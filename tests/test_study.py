@@ -447,3 +447,19 @@ def test_late_gain_is_the_rise_over_the_second_half():
     assert late_gain([rising, rising]) == pytest.approx(0.05)
     assert late_gain([flat]) == pytest.approx(0.0)
     assert np.isnan(late_gain([[]]))
+
+
+def test_an_old_summary_is_retested_at_the_seed_level(tmp_path):
+    """retest_summary: the per-seed column of each row, t-tested against 0 (paired by seed), beside the printed p."""
+    from scipy import stats as st
+
+    from brorl.study.report import retest_summary
+
+    (tmp_path / "s.md").write_text(
+        "## Verdict per setting\n\n| setting | best N | Δ mean@k | t | p (two-sided) | per-seed Δ | verdict |\n"
+        "|---|---|---|---|---|---|---|\n| base_pair | 512 | -0.0247 | -4.1 | 5.7e-05 | -0.0306, -0.0130, -0.0305 | **lost** |\n"
+        "| two | 512 | -0.1 | -4.1 | 1e-09 | -0.1, -0.1 | **lost** |\n")
+    rows = retest_summary(tmp_path / "s.md").splitlines()[2:]
+    want = st.ttest_1samp([-0.0306, -0.0130, -0.0305], 0.0).pvalue
+    assert f"p {want:.3f} (paired by seed, df 2)" in rows[0] and rows[0].endswith("| 5.7e-05 | lost | tied |")
+    assert "not testable (2 seed(s) < 3)" in rows[1] and rows[1].endswith("| lost | not testable |")

@@ -781,7 +781,48 @@ def splice_verdict(summary_md, readme) -> None:
     Path(readme).write_text(f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
 
 
-if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD
+
+
+
+def retest_summary(summary_md) -> str:
+    """Seed-level tests recomputed from an older ``summary.md`` (one written before the seed became the unit): every
+    table row with a per-seed column gets its one-sample t over those per-seed values (paired by seed), beside the
+    prompt-level p the row printed. For docs only (``python -m brorl.study.report --retest SUMMARY_MD``); a new run
+    writes these tests itself."""
+    out, section, head = [], "", None
+    for line in Path(summary_md).read_text().splitlines():
+        if line.startswith("## "):
+            section, head = line[3:], None
+            continue
+        if not line.startswith("|"):
+            head = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if head is None:
+            head = cells
+            continue
+        if set(line) <= set("|-"):
+            continue
+        col = next((i for i, h in enumerate(head) if h.startswith("per-seed")), None)
+        pcol = next((i for i, h in enumerate(head) if "two-sided" in h),
+                    next((i for i, h in enumerate(head) if h == "p" or h.startswith("p (")), None))
+        if col is None or pcol is None:
+            continue
+        values = [float(x) for x in cells[col].split(",") if x.strip()]
+        test = one_sample(values)
+        old = next((cells[i] for i, h in enumerate(head) if h in ("verdict", "significant gain", "BroRL better?")), "")
+        new = seed_verdict(test, ("gain", "loss", "no significant change", "not testable")
+                           if section.startswith("The premise") else ("won", "lost", "tied", "not testable"))
+        out.append(f"| {section} | {cells[0]} | {test['delta']:+.4f} | {cells[col]} | {describe(test)} | "
+                   f"{cells[pcol]} | {old.strip('*')} | {new if old else '–'} |")
+    return "\n".join(["| section | row | Δ (mean of per-seed) | per-seed | seed-level p | prompt-level p (as printed) | "
+                      "verdict then (prompts) | verdict now (seeds) |", "|---|---|---|---|---|---|---|---|", *out])
+
+
+if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD | --retest SUMMARY_MD
     import sys
 
-    splice_verdict(*sys.argv[1:3])
+    if sys.argv[1] == "--retest":
+        print(retest_summary(sys.argv[2]))
+    else:
+        splice_verdict(*sys.argv[1:3])
