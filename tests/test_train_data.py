@@ -114,7 +114,33 @@ def test_rerun_verifies_and_splits_are_stable(prepared):
     assert again["sources"]["deepscaler"]["raw_sha256"] == prepared["marker"]["sources"]["deepscaler"]["raw_sha256"]
 
 
+def test_evaluation_problems_are_removed_from_training(prepared, tmp_path):
+    """rl.data.dedup_against: problems of the evaluation file (one math problem written twice, differently spaced and
+    cased; one Reasoning Gym item) are dropped from every source before the split and counted; none is left."""
+    train = read_split(prepared["data"], "train") + read_split(prepared["data"], "validation")
+    rg = next(r for r in train if r["task"] == "reasoning_gym")
+    held = tmp_path / "reasoning_gym" / "test.jsonl"
+    held.parent.mkdir()
+    rows = [{"id": "e0", "problem": "  what is   $1 + 1$?", "answer": "2"}, {"id": "e1", "problem": rg["problem"], "answer": "x"}]
+    held.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = {**SETTINGS, "dedup_against": ["reasoning_gym"]}
+    marker = paper_data.prepare_train_data(tmp_path / "data", settings, source=prepared["source"],
+                                           cache_dir=prepared["root"] / "cache", exclude=[held])
+    removed = {k: v["n_removed_in_evaluation"] for k, v in marker["sources"].items()}
+    same_rg = sum(1 for r in train if r["task"] == "reasoning_gym" and paper_data.problem_key(r) == paper_data.problem_key(rg))
+    assert removed == {"deepscaler": 1, "eurus2_code": 0, "reasoning_gym": same_rg}
+    after = read_split(tmp_path / "data", "train") + read_split(tmp_path / "data", "validation")
+    keys = {paper_data.problem_key(r) for r in rows}
+    assert len(after) == len(train) - 1 - same_rg and not any(paper_data.problem_key(r) in keys for r in after)
+    assert marker["dedup_against"] == {"reasoning_gym": str(held)}
+    with pytest.raises(ValueError, match="dedup_against names"):  # the file list must match the declared benchmarks
+        paper_data.prepare_train_data(tmp_path / "data3", settings, source=prepared["source"],
+                                      cache_dir=prepared["root"] / "cache")
+
+
 def test_settings_are_validated():
+    with pytest.raises(ValueError, match="dedup_against: unknown benchmarks"):
+        paper_data.TrainDataSettings.from_dict({"dedup_against": ["aime2099"]})
     with pytest.raises(ValueError, match="scp116k"):
         paper_data.TrainDataSettings.from_dict({"sources": ["scp116k"]})
     with pytest.raises(ValueError, match="unknown rl.data keys"):

@@ -105,7 +105,7 @@ def _train_data(a, f):
 
     config = with_picked_tasks(_config(a), a.picked_tasks)  # before the run, which logs --config as given
     with _run(a):
-        f(config, a.out, a.cache, pins_required=_profile(a).pins_required)
+        f(config, a.out, a.cache, pins_required=_profile(a).pins_required, exclude=a.exclude)
 
 
 COMMANDS = {  # in `brorl --help` order
@@ -162,7 +162,9 @@ COMMANDS = {  # in `brorl --help` order
         "brorl.data.training:run_train_data", _train_data,
         *req("--out", help="results/data/rl: <source>/{train,validation}.jsonl + train_data.json"),
         opt("--cache", default="resources/data/rl", help="raw snapshots and converted records"),
-        opt("--picked-tasks", default=None, help="rg_difficulty's tasks table: train on its picked tasks"), run="own"),
+        opt("--picked-tasks", default=None, help="rg_difficulty's tasks table: train on its picked tasks"),
+        opt("--exclude", nargs="*", default=[], help="the evaluation files of rl.data.dedup_against, in its order"),
+        run="own"),
     "launch": cmd(
         "run a command on every GPU: accelerate launch (one node) or srun per node",
         "brorl.training.launch:main", lambda a, f: f(a), run=None,

@@ -6,6 +6,7 @@
 # same generated-sample budget, over the configured seeds. Stage work folders (resumable checkpoints) live in
 # resources/work/ and survive a killed job: rerunning the same `snakemake` command resumes there.
 from brorl.training.arms import plan, stage_config
+from brorl.data.benchmarks import benchmark_data_root
 from brorl.data.training import TrainDataSettings, hub_revisions
 from brorl.training.launch import processes_per_node
 
@@ -60,6 +61,8 @@ if PAPER_TRAIN_DATA:
                          lambda wc: hub_revisions(TrainDataSettings.from_dict(config["rl"]["data"])),
                          lambda wc: "rl.data.revisions.<source>"),
             RG_PICKED,
+            exclude=[f"{benchmark_data_root(b, bool(config.get('evaluation', {}).get('share_gated')))}/{b}/test.jsonl"
+                     for b in config["rl"]["data"].get("dedup_against", [])],  # evaluation problems kept out of training
         output:
             PAPER_TRAIN_DATA,
         params:
@@ -73,7 +76,7 @@ if PAPER_TRAIN_DATA:
             "../envs/brorl.yaml"
         shell:
             "brorl train-data --rule {params.rule} --config {params.cfg:q}"
-            f" --out results/data/rl --cache resources/data/rl{RG_PICKED_ARG} 2>&1 | tee {{log}}"
+            f" --out results/data/rl --cache resources/data/rl{RG_PICKED_ARG} --exclude {{input.exclude}} 2>&1 | tee {{log}}"
 
 if PRORL_STAGE:
 

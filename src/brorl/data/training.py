@@ -63,6 +63,11 @@ class TrainDataSettings:
     split_seed: int = 0
     revisions: Mapping[str, str] = field(default_factory=dict)
     """Pinned hub revision (commit) per hub source; default: the table's ``main`` (the manifest records the commit)."""
+    dedup_against: tuple[str, ...] = ()
+    """Evaluation benchmarks whose problems are removed from the training data (exact match of the whitespace- and
+    case-normalised problem text), so the evaluation is disjoint from training; counted per source in
+    ``train_data.json``. [our choice] Reasoning Gym's small tasks repeat problems across seeds (basic_arithmetic
+    at the small profile's difficulty has ~121 distinct problems)."""
 
     def __post_init__(self):
         unknown = [s for s in self.sources if s not in TRAIN_SOURCES]
@@ -75,6 +80,11 @@ class TrainDataSettings:
         bad = [k for k in self.revisions if k not in TRAIN_SOURCES or TRAIN_SOURCES[k].generated]
         if bad:
             raise ValueError(f"revisions: {bad} are not hub sources")
+        from brorl.data.catalog import ALL_BENCHMARK_NAMES
+
+        unknown = [b for b in self.dedup_against if b not in ALL_BENCHMARK_NAMES]
+        if unknown:
+            raise ValueError(f"dedup_against: unknown benchmarks {unknown} (known: {list(ALL_BENCHMARK_NAMES)})")
 
     @classmethod
     def from_dict(cls, d: Mapping | None) -> "TrainDataSettings":
@@ -82,7 +92,7 @@ class TrainDataSettings:
         unknown = set(d) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown rl.data keys {sorted(unknown)}")
-        for k in ("sources", "reasoning_gym_tasks"):
+        for k in ("sources", "reasoning_gym_tasks", "dedup_against"):
             if k in d:
                 d[k] = tuple(d[k])
         return cls(**d)
@@ -117,6 +127,16 @@ def training_record(source: str, kind: str, record: Mapping) -> dict:
     return out
 
 
+def problem_key(record: Mapping) -> str:
+    """The text two records are the same problem by: the problem (else the prompt), whitespace collapsed, casefolded."""
+    return " ".join(str(record.get("problem") or record.get("prompt") or "").split()).casefold()
+
+
+def held_out_problems(files: Sequence[str | os.PathLike[str]]) -> set[str]:
+    """:func:`problem_key` of every problem in the evaluation files (``<benchmark>/test.jsonl``)."""
+    return {problem_key(r) for f in files for r in benchmarks.read_table(f)} - {""}
+
+
 def split_records(records: Sequence[Mapping], source: str, settings: TrainDataSettings) -> tuple[list, list]:
     """(train, validation) by keyed-hash order of the record ids."""
     order = sorted(records, key=lambda r: _split_key(settings.split_seed, source, str(r["id"])))
@@ -132,14 +152,21 @@ def split_records(records: Sequence[Mapping], source: str, settings: TrainDataSe
 
 def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSettings | Mapping | None = None, *,
                        source=None, cache_dir: str | os.PathLike[str] = "resources/data/rl",
-                       log_fn: Callable[[str], None] | None = None) -> dict:
+                       log_fn: Callable[[str], None] | None = None,
+                       exclude: Sequence[str | os.PathLike[str]] = ()) -> dict:
     """Fetch / generate every source, convert, split, and write ``<out_dir>/<source>/{train,validation}.jsonl``
     and the marker ``<out_dir>/train_data.json`` (last). ``source``: ``None`` = the Hugging Face Hub (refused
-    offline), a folder = a local stand-in (:mod:`brorl.data.hub`). Returns the marker's content."""
+    offline), a folder = a local stand-in (:mod:`brorl.data.hub`). ``exclude``: the evaluation files of
+    ``settings.dedup_against`` (one per benchmark, required then): their problems are dropped from every source
+    before the split, and counted. Returns the marker's content."""
     s = settings if isinstance(settings, TrainDataSettings) else TrainDataSettings.from_dict(settings)
     say = log_fn or (lambda msg: None)
     out, cache = Path(out_dir), Path(cache_dir)
     (out / MARKER).unlink(missing_ok=True)  # until every split is written, this is not a finished data folder
+    if len(exclude) != len(s.dedup_against):
+        raise ValueError(f"rl.data.dedup_against names {list(s.dedup_against)}, but {len(exclude)} evaluation "
+                         f"file(s) were given: {[str(f) for f in exclude]}")
+    held = held_out_problems(exclude)
     sources = {}
     for name in s.sources:
         spec = TRAIN_SOURCES[name]
@@ -152,6 +179,8 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
         info = benchmarks.prepare_benchmark(name, source, raw, spec=spec, revision=s.revisions.get(name),
                                             log_fn=say, **kwargs)
         records = [training_record(name, spec.kind, r) for r in benchmarks.read_table(raw)]
+        kept = [r for r in records if problem_key(r) not in held]
+        overlap, records = len(records) - len(kept), kept
         train, validation = split_records(records, name, s)
         for split, rows in (("train", train), ("validation", validation)):
             benchmarks.write_atomic(out / name / f"{split}.jsonl", benchmarks.jsonl_bytes(rows))
@@ -160,10 +189,14 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
         sources[name] = {"reward": spec.kind, "repo_id": spec.repo_id, "commit": info.get("commit"),
                          "raw": str(raw), "raw_sha256": info["sha256"], "n_records": len(records),
                          "n_train": len(train), "n_validation": len(validation), "skipped": skipped,
+                         "n_removed_in_evaluation": overlap,
                          "paper": spec.paper, "note": spec.note}
         say(f"{name}: {len(train)} train / {len(validation)} validation ({spec.kind} reward)"
-            + "".join(f", {v} rows skipped ({k.replace('_', ' ')})" for k, v in skipped.items() if v))
-    marker = {"format": FORMAT, "settings": s.to_dict(), "sources": sources, "left_out": LEFT_OUT}
+            + "".join(f", {v} rows skipped ({k.replace('_', ' ')})" for k, v in skipped.items() if v)
+            + (f"; {overlap} problems removed: they are in the evaluation ({', '.join(s.dedup_against)})"
+               if s.dedup_against else ""))
+    marker = {"format": FORMAT, "settings": s.to_dict(), "sources": sources, "left_out": LEFT_OUT,
+              "dedup_against": {b: str(f) for b, f in zip(s.dedup_against, exclude)}}
     benchmarks.write_atomic(out / MARKER, (json.dumps(marker, indent=1) + "\n").encode())
     return marker
 
@@ -183,7 +216,7 @@ def with_picked_tasks(config: dict, picked_tasks: str | os.PathLike[str] | None)
 
 
 def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str | os.PathLike[str], *,
-                   pins_required: bool) -> dict:
+                   pins_required: bool, exclude: Sequence[str] = ()) -> dict:
     """``brorl train-data``: the pin check (:func:`brorl.data.hub.require_pins`), then :func:`prepare_train_data`
     of ``config["data"]`` from ``config["source"]``; per-source counts and commits logged to the rule's MLflow run."""
     import mlflow
@@ -193,10 +226,11 @@ def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str
     require_pins(config, hub_revisions(TrainDataSettings.from_dict(config.get("data"))), "rl.data.revisions.<source>",
                  pins_required=pins_required)
     marker = prepare_train_data(out_dir, config.get("data"), source=config.get("source"), cache_dir=cache_dir,
-                                log_fn=lambda msg: print(f"[train-data] {msg}", flush=True))
+                                log_fn=lambda msg: print(f"[train-data] {msg}", flush=True), exclude=exclude)
     for name, info in marker["sources"].items():
         mlflow.log_metrics({f"{name}/n_train": float(info["n_train"]),
                             f"{name}/n_validation": float(info["n_validation"]),
+                            f"{name}/n_removed_in_evaluation": float(info["n_removed_in_evaluation"]),
                             **{f"{name}/n_skipped_{k}": float(v) for k, v in info["skipped"].items()}})
         mlflow.set_tag(f"{name}/commit", str(info["commit"]))
     mlflow.log_artifact(str(Path(out_dir) / MARKER))
