@@ -37,10 +37,13 @@ def test_single_node_uses_every_visible_gpu():
         taken = busy.getsockname()[1]
         assert all(launch.free_port() != taken for _ in range(20))
     assert launch.plan(TRAIN, "fsdp2", port=1234, env=env, python="py")[12] == "1234"
-    # a one-node SLURM job: the node's GPUs from SLURM
+    # a one-node SLURM job: the node's GPUs from SLURM, counted by the per-node launcher's step
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURM_GPUS_ON_NODE": "8"}
-    assert launch.plan(TRAIN, env=env, python="py")[6] == "8"
-    assert launch.plan(TRAIN, env={"SLURM_JOB_ID": "7", "SLURM_GPUS_PER_NODE": "h100:8"}, python="py")[6] == "8"
+    cmd = launch.plan(TRAIN, env=env, python="py")
+    assert cmd[0] == "srun" and cmd[cmd.index("--processes-per-node") + 1] == "8"
+    assert launch.plan(TRAIN, procs=8, node_step=True, env=env, python="py")[6] == "8"
+    cmd = launch.plan(TRAIN, env={"SLURM_JOB_ID": "7", "SLURM_GPUS_PER_NODE": "h100:8"}, python="py")
+    assert cmd[cmd.index("--processes-per-node") + 1] == "8"
 
 
 def test_cpu_config_and_other_commands():
@@ -60,9 +63,14 @@ SLURM = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "8", "SLURM_JOB_NODELIST":
 
 
 def test_slurm_several_nodes_runs_one_launcher_per_node():
-    outer = launch.plan(TRAIN, "fsdp2", env=SLURM, python="py")
-    assert outer[:5] == ["srun", "--nodes=8", "--ntasks=8", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
-    assert outer[5:8] == ["py", "-m", "brorl.training.launch"] and "--node" in outer
+    outer = launch.plan(TRAIN, "fsdp2", env={**SLURM, "SLURM_JOB_CPUS_PER_NODE": "64(x8)"}, python="py")
+    # --overlap: the step shares what the jobstep plugin's own `srun -n1` step holds (else it waits forever)
+    assert outer[:7] == ["srun", "--overlap", "--nodes=8", "--ntasks=8", "--ntasks-per-node=1",
+                         "--cpus-per-task=64", "--kill-on-bad-exit=1"]
+    assert outer[7:10] == ["py", "-m", "brorl.training.launch"] and "--node" in outer
+    assert "--main-port" not in outer  # each node's launcher takes the default port (or the one given)
+    assert launch.plan(TRAIN, port=4321, env=SLURM, python="py")[-len(TRAIN) - 3:-len(TRAIN) - 1] == [
+        "--main-port", "4321"]
     assert outer[outer.index("--processes-per-node") + 1] == "8" and outer[-len(TRAIN):] == TRAIN
     # what each node's launcher then runs (srun sets SLURM_NODEID per task)
     for rank in (0, 5):
@@ -72,6 +80,8 @@ def test_slurm_several_nodes_runs_one_launcher_per_node():
         assert opt("--num_processes") == "64" and opt("--num_machines") == "8"  # accelerate: total processes
         assert opt("--machine_rank") == str(rank) and opt("--main_process_ip") == "gpu100"
         assert opt("--rdzv_backend") == "static"
+        if rank == 0:
+            assert opt("--main_process_port") == str(launch.DEFAULT_PORT)
     with pytest.raises(RuntimeError, match="SLURM allocation"):
         launch.plan(TRAIN, nodes=2, env={})
     with pytest.raises(RuntimeError, match="under srun"):
@@ -86,3 +96,18 @@ def test_cli_dry_run_takes_the_command_after_double_dash():
     cmd = json.loads(proc.stdout)
     assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[-len(TRAIN) + 1:] == TRAIN[1:]
     assert "--" not in cmd
+
+
+def test_job_cpus_per_node_and_the_nested_srun_environment():
+    assert launch.job_cpus_per_node({"SLURM_JOB_CPUS_PER_NODE": "72(x2),36"}) == 36
+    assert launch.job_cpus_per_node({"SLURM_JOB_CPUS_PER_NODE": "2"}) == 2
+    assert launch.job_cpus_per_node({"SLURM_CPUS_ON_NODE": "16"}) == 16
+    assert launch.job_cpus_per_node({}) is None
+    assert "--cpus-per-task" not in " ".join(launch.plan(TRAIN, env={"SLURM_JOB_ID": "3"}, python="py"))
+    # inside the jobstep plugin's `srun -n1 --cpus-per-task=64` step: its task settings stay out of the new srun
+    # (srun reads some SLURM_* variables as options), the job's identity and everything else stays in
+    step = {"SLURM_JOB_ID": "3", "SLURM_JOBID": "3", "SLURM_NTASKS": "1", "SLURM_CPUS_PER_TASK": "64",
+            "SLURM_TRES_PER_TASK": "cpu:64", "SLURM_STEP_ID": "0", "SRUN_CPUS_PER_TASK": "64",
+            "SBATCH_MEM_PER_NODE": "1", "SLURM_CONF": "/etc/slurm/slurm.conf", "PATH": "/bin", "BRORL_PROFILE": "x"}
+    assert launch.srun_env(step) == {"SLURM_JOB_ID": "3", "SLURM_JOBID": "3", "SLURM_CONF": "/etc/slurm/slurm.conf",
+                                     "PATH": "/bin", "BRORL_PROFILE": "x"}

@@ -2,14 +2,23 @@
 
     brorl launch [--accelerate-config fsdp2|zero3|cpu|FILE] [--processes-per-node N] [--nodes N] -- brorl train-arm ...
 
-- **One node** (no SLURM allocation, or a one-node one): ``accelerate launch --config_file <cfg> --num_processes
-  <GPUs> --num_machines 1 ... -m brorl.cli train-arm ...`` (a ``brorl ...`` command becomes ``-m brorl.cli ...``,
-  a ``*.py`` script is passed as is, anything else with ``--no_python``).
-- **SLURM, several nodes** (``SLURM_JOB_ID`` and ``SLURM_JOB_NUM_NODES`` > 1): ``srun --nodes N --ntasks N
-  --ntasks-per-node 1 --kill-on-bad-exit=1 python -m brorl.training.launch --node ...``: one launcher per node,
-  which then runs ``accelerate launch`` with ``--num_machines N --machine_rank $SLURM_NODEID
-  --main_process_ip <first host of SLURM_JOB_NODELIST> --main_process_port <port>`` (``--num_processes`` is
-  the total over all nodes, as accelerate wants it).
+- **No SLURM job** (``SLURM_JOB_ID`` unset): ``accelerate launch --config_file <cfg> --num_processes <GPUs>
+  --num_machines 1 ... -m brorl.cli train-arm ...`` (a ``brorl ...`` command becomes ``-m brorl.cli ...``, a
+  ``*.py`` script is passed as is, anything else with ``--no_python``).
+- **Inside a SLURM job** (one node or several): ``srun --overlap --nodes N --ntasks N --ntasks-per-node 1
+  --cpus-per-task <the job's CPUs per node> --kill-on-bad-exit=1 python -m brorl.training.launch --node ...``:
+  one launcher per node, which then runs ``accelerate launch`` (on several nodes with ``--num_machines N
+  --machine_rank $SLURM_NODEID --main_process_ip <first host of SLURM_JOB_NODELIST> --main_process_port
+  <port>``; ``--num_processes`` is the total over all nodes, as accelerate wants it). One path for 1 and 8
+  nodes, so the one-node SLURM test (tests/test_slurm.py) runs the 8-node job's nested step.
+
+  ``--overlap``: Snakemake's SLURM jobstep plugin runs each job's command in a step of its own (``srun -n1
+  --cpus-per-task C``), which holds the node's CPUs, memory and GPUs; since Slurm 20.11 a second step waits for
+  resources another step holds unless it overlaps, so without it the launchers' step never starts (the arm
+  hangs). The launchers' ``srun`` also gets a clean environment: the outer step's ``SLURM_*`` task settings
+  (``SLURM_NTASKS=1``, ``SLURM_CPUS_PER_TASK``, ``SLURM_TRES_PER_TASK``...) are input variables of ``srun`` in
+  some Slurm versions and would conflict with its flags, so only the job's identity is kept (as the jobstep
+  plugin itself does for its step).
 
 Processes per node: ``--processes-per-node``, else ``SLURM_GPUS_ON_NODE``, else the ids in
 ``CUDA_VISIBLE_DEVICES``, else ``torch.cuda.device_count()``, else 2 for the ``cpu`` config (1 otherwise).
@@ -140,6 +149,43 @@ def accelerate_command(command: Sequence[str], config: str, procs_per_node: int,
     return out + target_args(command)
 
 
+def job_cpus_per_node(env: Mapping[str, str]) -> int | None:
+    """The fewest CPUs the SLURM job has on any of its nodes (``SLURM_JOB_CPUS_PER_NODE``: ``"64(x8)"``,
+    ``"72(x2),36"``), else ``SLURM_CPUS_ON_NODE``; None when neither is set."""
+    value = env.get("SLURM_JOB_CPUS_PER_NODE", "")
+    counts = [int(m.group(1)) for m in re.finditer(r"(\d+)(?:\(x\d+\))?", value)]
+    if counts:
+        return min(counts)
+    on_node = env.get("SLURM_CPUS_ON_NODE", "")
+    return int(on_node) if on_node.isdigit() else None
+
+
+# What a nested srun keeps of the SLURM_* environment: the job's identity (the jobstep plugin keeps the same).
+SRUN_KEEP = frozenset({"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTER_NAME", "SLURM_CONF", "SLURM_SUBMIT_DIR",
+                       "SLURM_SUBMIT_HOST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN",
+                       "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP"})
+
+
+def srun_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for the launchers' ``srun``: without the enclosing step's ``SLURM_*`` task settings (and any
+    ``SRUN_*`` / ``SBATCH_*`` defaults), which ``srun`` would read as options of the new step."""
+    return {k: v for k, v in env.items()
+            if not (k.startswith(("SRUN_", "SBATCH_")) or (k.startswith("SLURM_") and k not in SRUN_KEEP))}
+
+
+def srun_command(command: Sequence[str], config: str, ppn: int, n_nodes: int, port: int | None,
+                 env: Mapping[str, str], python: str) -> list[str]:
+    """The ``srun`` step of one launcher per node, inside the job (see the module docstring for --overlap)."""
+    cpus = job_cpus_per_node(env)
+    out = ["srun", "--overlap", f"--nodes={n_nodes}", f"--ntasks={n_nodes}", "--ntasks-per-node=1",
+           *([f"--cpus-per-task={cpus}"] if cpus else []), "--kill-on-bad-exit=1",
+           python, "-m", "brorl.training.launch", "--node", "--accelerate-config", config,
+           "--processes-per-node", str(ppn), "--nodes", str(n_nodes)]
+    if port:
+        out += ["--main-port", str(port)]
+    return out + ["--", *command]
+
+
 def plan(command: Sequence[str], config: str = "fsdp2", *, procs: int | None = None, nodes: int | None = None,
          port: int | None = None, node_step: bool = False, env: Mapping[str, str] | None = None,
          python: str = sys.executable) -> list[str]:
@@ -151,23 +197,20 @@ def plan(command: Sequence[str], config: str = "fsdp2", *, procs: int | None = N
     env = os.environ if env is None else env
     n_nodes = nodes or slurm_nodes(env)
     ppn = processes_per_node(procs, config, env)
+    if not node_step and env.get("SLURM_JOB_ID"):
+        return srun_command(command, config, ppn, n_nodes, port, env, python)
     if n_nodes == 1:
         return accelerate_command(command, config, ppn, port=port or free_port(), python=python)
-    port = port or DEFAULT_PORT
-    if node_step:
-        rank = env.get("SLURM_NODEID") or env.get("SLURM_PROCID")
-        if rank is None:
-            raise RuntimeError("the per-node launcher runs under srun (SLURM_NODEID is not set)")
-        hosts = expand_nodelist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "")
-        if len(hosts) < n_nodes:
-            raise RuntimeError(f"SLURM_JOB_NODELIST names {len(hosts)} hosts for {n_nodes} nodes")
-        return accelerate_command(command, config, ppn, num_machines=n_nodes, machine_rank=int(rank),
-                                  main_ip=hosts[0], port=port, python=python)
-    if not env.get("SLURM_JOB_ID"):
+    if not node_step:
         raise RuntimeError(f"{n_nodes} nodes need a SLURM allocation (SLURM_JOB_ID is not set)")
-    return ["srun", f"--nodes={n_nodes}", f"--ntasks={n_nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            python, "-m", "brorl.training.launch", "--node", "--accelerate-config", config,
-            "--processes-per-node", str(ppn), "--nodes", str(n_nodes), "--main-port", str(port), "--", *command]
+    rank = env.get("SLURM_NODEID") or env.get("SLURM_PROCID")
+    if rank is None:
+        raise RuntimeError("the per-node launcher runs under srun (SLURM_NODEID is not set)")
+    hosts = expand_nodelist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "")
+    if len(hosts) < n_nodes:
+        raise RuntimeError(f"SLURM_JOB_NODELIST names {len(hosts)} hosts for {n_nodes} nodes")
+    return accelerate_command(command, config, ppn, num_machines=n_nodes, machine_rank=int(rank),
+                              main_ip=hosts[0], port=port or DEFAULT_PORT, python=python)
 
 
 def free_port() -> int:
@@ -201,7 +244,8 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(argv))
         return 0
     print("[launch] " + " ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
-    os.execvp(argv[0], argv)
+    env = srun_env(os.environ) if argv[0] == "srun" else os.environ
+    os.execvpe(argv[0], argv, env)
     return 127  # pragma: no cover - exec does not return
 
 
