@@ -99,7 +99,7 @@ for v in $(env | grep -oE '^(SLURM|SRUN|SBATCH)_[A-Za-z0-9_]*'); do
     case $v in {keep}) ;; *) unset "$v" ;; esac
 done
 srun -n1 --cpu-bind=q --cpus-per-task=2 --nodes=1 \\
-    bash -c 'echo "outer step: SLURM_STEP_ID=$SLURM_STEP_ID" > {shlex.quote(str(out / "outer.txt"))}; exec "$@"' \\
+    bash -c 'echo "$SLURM_STEP_ID ${{SLURM_JOB_NUM_NODES:-unset}}" > {shlex.quote(str(out / "outer.txt"))}; exec "$@"' \\
     outer {shlex.join(launch)}
 """)
     submit = subprocess.run(["sbatch", "--parsable", "--job-name", "brorl-launch-test", "--ntasks=1",
@@ -117,9 +117,10 @@ srun -n1 --cpu-bind=q --cpus-per-task=2 --nodes=1 \\
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert all(r["world"] == 2 and r["sum"] == 3.0 and r["job"] == job_id for r in ranks), ranks
     # the ranks ran in the launchers' own step (a nested one: the plugin's step is 0, theirs 1), one task per node
-    assert (out / "outer.txt").read_text().split() == ["outer", "step:", "SLURM_STEP_ID=0"]
+    # the plugin's step does not know the job's node count (SLURM_JOB_NUM_NODES unset): the launch asks scontrol
+    assert (out / "outer.txt").read_text().split() == ["0", "unset"]
     assert all(r["step"] == "1" and r["step_tasks"] == "1" for r in ranks), ranks
-    assert "[launch] srun --overlap" in log
+    assert "[launch] srun --overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 " in log, log
 
 
 
