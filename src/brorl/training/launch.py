@@ -145,8 +145,9 @@ def parse_scontrol_job(line: str) -> Allocation:
 def slurm_allocation(job_id: str) -> Allocation:
     """Ask slurmctld (``scontrol``) for the job's allocation. The environment cannot say: inside the step that
     Snakemake's jobstep plugin runs a job in (``srun -n1``, started with the job's ``SLURM_*`` variables removed),
-    ``SLURM_JOB_NUM_NODES`` and ``SLURM_JOB_CPUS_PER_NODE`` are unset and ``SLURM_NNODES`` is the step's 1 node
-    (seen on Slurm 22.05, tests/test_slurm.py): an 8-node arm would have trained on one node."""
+    ``SLURM_JOB_NUM_NODES`` and ``SLURM_JOB_CPUS_PER_NODE`` are unset (seen on Slurm 22.05, tests/test_slurm.py)
+    and ``SLURM_NNODES`` / ``SLURM_STEP_NUM_NODES`` describe that one-task step (one node), so an 8-node arm
+    would have started its processes on one node only."""
     import subprocess
 
     cmd = ["scontrol", "-o", "-d", "show", "job", job_id]
