@@ -177,6 +177,22 @@ def slurm_records(workdir: Path) -> list[dict[str, str]]:
     return sorted((j for j in jobs if j.get("WorkDir") == str(workdir)), key=lambda j: int(j["JobId"]))
 
 
+def scontrol_show(job_ids) -> str:
+    """`scontrol show job <id>` of each job (it takes one id at a time), one after the other."""
+    return "".join(subprocess.run(["scontrol", "show", "job", i], capture_output=True, text=True, timeout=60).stdout
+                   for i in job_ids)
+
+
+def jobcomp_lines(job_ids) -> str:
+    """The jobs' lines of the jobcomp/filetxt file (JobCompLoc; scripts/slurm-local.sh sets one), or ''."""
+    config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=60).stdout
+    loc = next((line.split("=", 1)[1].strip() for line in config.splitlines() if line.startswith("JobCompLoc")), "")
+    if not loc or not Path(loc).is_file():
+        return ""
+    ids = {f"JobId={i}" for i in job_ids}
+    return "".join(line for line in open(loc) if line.split(" ", 1)[0] in ids)
+
+
 @pytest.mark.slow
 def test_paper_arm_dag_through_the_slurm_executor(tmp_path_factory):
     """fetch_checkpoint -> train_data -> train_arm of the paper profile (toy sizes) with `--executor slurm`
@@ -227,9 +243,8 @@ def test_paper_arm_dag_through_the_slurm_executor(tmp_path_factory):
     arm_log = work / f"logs/train/{ARM}/seed0.log"
     if arm_log.exists():
         (record / "train_arm.log").write_text(arm_log.read_text())
-    show = subprocess.run(["scontrol", "show", "job", *[j["JobId"] for j in jobs]], capture_output=True, text=True,
-                          timeout=60).stdout if jobs else ""
-    (record / "scontrol_show_job.txt").write_text(show)
+    (record / "scontrol_show_job.txt").write_text(scontrol_show(j["JobId"] for j in jobs))
+    (record / "jobcomp.txt").write_text(jobcomp_lines(j["JobId"] for j in jobs))
     rows = ["| SLURM job | rule (Comment) | state | exit | start | end | run time | nodes | CPUs | memory |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     rows += [f"| {j['JobId']} | {j.get('Comment', '')} | {j['JobState']} | {j['ExitCode']} | {j['StartTime']} | "
@@ -246,14 +261,16 @@ def test_paper_arm_dag_through_the_slurm_executor(tmp_path_factory):
         "- command: `" + " ".join(["snakemake", "--profile", "profiles/slurm", "--profile", "profiles/slurm-local",
                                    "--configfile", "paper_arm.yaml", "--", target]) + "`",
         "  (paper_arm.yaml: config/paper.yaml at toy sizes as in tests/test_paper_study.py, a stand-in hub, the cpu",
-        "  accelerate config, one arm of 2 steps; its numbers are not results)", "",
-        "`scontrol show job` of each job (no sacct without slurmdbd; full records in scontrol_show_job.txt):", "",
+        "  accelerate config, one arm of N=4 x 2 prompts with a 16-sample budget; its numbers are not results)", "",
+        "`scontrol show job` of each job (no sacct without slurmdbd; full records in scontrol_show_job.txt, the",
+        "jobcomp/filetxt lines in jobcomp.txt):", "",
         *rows, ""]))
     assert run.returncode == 0, log[-6000:]
     rules = sorted(j.get("Comment", "").removeprefix("rule_").split("_wildcards")[0] for j in jobs)
     assert len(jobs) == 3 and all(j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0" for j in jobs), rows
     assert any("train_arm" in r for r in rules) and any("fetch_checkpoint" in r for r in rules), rules
     text = arm_log.read_text()
-    assert "[launch] srun --overlap" in text and "--processes-per-node 2" in text, text[-3000:]
+    assert "[launch] srun --overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 " in text, text[-3000:]
+    assert "--num_processes 2 --num_machines 1" in text, text[-3000:]  # the node's launcher: 2 processes
     summary = json.loads((work / target).read_text())
     assert summary, summary
