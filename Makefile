@@ -39,7 +39,7 @@ test-fast: setup           ## the unit tests only (no end-to-end Snakemake/DVC/M
 # $(SLURM_DOCS). A few minutes: the executor polls each job.
 SLURM_DOCS ?= docs/results/slurm
 slurm-dag: setup           ## run tests/test_slurm.py's SLURM DAG and keep its record in $(SLURM_DOCS)
-	BRORL_SLURM_DAG=$(SLURM_DOCS) $(BIN)/python -m pytest tests/test_slurm.py -k dag -rs
+	BRORL_SLURM_DAG=$(SLURM_DOCS) $(BIN)/python -m pytest tests/test_slurm.py -k arm_dag -rs
 
 pull: setup                ## fresh clone: fetch DVC-tracked outputs and mark them up to date
 	$(BIN)/brorl pull --configfile $(CONFIG)

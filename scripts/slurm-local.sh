@@ -73,7 +73,10 @@ MpiDefault=none
 $node State=UNKNOWN
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
-    if ! cmp -s "$CONF.new" "$CONF"; then mv "$CONF.new" "$CONF"; echo "slurm-local: wrote $CONF"; else rm "$CONF.new"; fi
+    if cmp -s "$CONF.new" "$CONF"; then rm "$CONF.new"; return; fi
+    mv "$CONF.new" "$CONF"
+    echo "slurm-local: wrote $CONF"
+    if alive $RUN/slurmctld.pid; then scontrol reconfigure; fi  # a running cluster reads it now
 }
 
 start_munge() {
