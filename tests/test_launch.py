@@ -93,7 +93,7 @@ def test_slurm_several_nodes_runs_one_launcher_per_node():
         launch.plan(TRAIN, nodes=8, node_step=True, env={**SLURM, "SLURM_NODEID": "0", "SLURM_STEP_NODELIST": "a"})
 
 
-def test_allocation_from_scontrol_and_the_nested_srun_environment():
+def test_allocation_from_scontrol_and_the_nested_srun_environment(monkeypatch, tmp_path):
     line = ("JobId=42 JobName=arm UserId=u(1) NodeList=gpu[100-101],cpu7 BatchHost=gpu100 NumNodes=3 NumCPUs=200 "
             "NumTasks=3 CPUs/Task=64 TRES=cpu=200,node=3 JOB_GRES=gpu:16   Nodes=gpu[100-101] CPU_IDs=0-31,64-95 "
             "Mem=512000 GRES=gpu:8(IDX:0-7)   Nodes=cpu7 CPU_IDs=0-71 Mem=1000 GRES= MinCPUsNode=64 WorkDir=/w")
@@ -102,6 +102,13 @@ def test_allocation_from_scontrol_and_the_nested_srun_environment():
     assert launch.parse_scontrol_job("JobId=1 NodeList=vm NumNodes=1 NumCPUs=2").cpus_per_node == 2
     with pytest.raises(ValueError, match="NumNodes"):
         launch.parse_scontrol_job("slurm_load_jobs error: Invalid job id specified")
+    # no scontrol (or it fails): an error that says to give --nodes, and with --nodes the launch goes on
+    no_scontrol = {"SLURM_JOB_ID": "3"}
+    monkeypatch.setenv("PATH", str(tmp_path))  # subprocess finds no scontrol
+    with pytest.raises(RuntimeError, match="give --nodes"):
+        launch.plan(TRAIN, env=no_scontrol, python="py")
+    cmd = launch.plan(TRAIN, nodes=2, env=no_scontrol, python="py")
+    assert cmd[:3] == ["srun", "--overlap", "--nodes=2"] and "--cpus-per-task" not in " ".join(cmd)
     assert "--cpus-per-task" not in " ".join(launch.plan(TRAIN, env={"SLURM_JOB_ID": "3"},
                                                          allocation=launch.Allocation(1, ("a",), None), python="py"))
     # inside the jobstep plugin's `srun -n1 --cpus-per-task=64` step: its task settings stay out of the new srun

@@ -231,7 +231,14 @@ def plan(command: Sequence[str], config: str = "fsdp2", *, procs: int | None = N
     env = os.environ if env is None else env
     ppn = processes_per_node(procs, config, env)
     if not node_step and env.get("SLURM_JOB_ID"):
-        allocation = allocation or slurm_allocation(env["SLURM_JOB_ID"])
+        if allocation is None:
+            try:
+                allocation = slurm_allocation(env["SLURM_JOB_ID"])
+            except RuntimeError as err:
+                if not nodes:
+                    raise
+                print(f"[launch] {err}: {nodes} nodes as given, the CPUs of srun's default", file=sys.stderr)
+                allocation = Allocation(nodes, (), None)
         return srun_command(command, config, ppn, nodes or allocation.nodes, allocation.cpus_per_node, port, python)
     n_nodes = nodes or 1
     if n_nodes == 1:
