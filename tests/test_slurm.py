@@ -3,9 +3,12 @@
 The slurm executor submits each job with `sbatch`; inside it the jobstep plugin runs the job's command in a step of
 its own (`srun -n1 --cpu-bind=q --cpus-per-task=C --nodes=1 ...`, after dropping the batch step's SLURM_* task
 settings). That step holds the node's CPUs and memory, so the launchers' own `srun` must overlap it: before the fix
-it waited forever for them (Slurm >= 20.11). Here: a real `sbatch` of that nested path on the local one-node
-cluster (`scripts/slurm-local.sh up`; needs root), `brorl launch --accelerate-config cpu` with 2 processes whose
-ranks do a gloo all-reduce. Skipped when there is no `sbatch` or no node takes jobs.
+it waited forever for them (Slurm >= 20.11); and that step's environment does not know the job's node count, so the
+launch asks scontrol. Here: a real `sbatch` of that nested path on the local one-node cluster
+(`scripts/slurm-local.sh up`; needs root), `brorl launch --accelerate-config cpu` with 2 processes whose ranks do a
+gloo all-reduce; profiles/slurm-local's plan of the paper DAG (a dry run, no cluster); and, opt-in, the paper arm's
+DAG through `--executor slurm` (make slurm-dag). The cluster tests skip when there is no `sbatch` or no node takes
+jobs.
 """
 
 from __future__ import annotations
@@ -160,8 +163,8 @@ ARM = "n4"
 
 
 def paper_arm_config(source) -> dict:
-    """test_paper_study's toy form of config/paper.yaml (stand-in hub, cpu launch config), one tiny arm: 2 steps of
-    2 prompts x N=4 (a prompt per process)."""
+    """test_paper_study's toy form of config/paper.yaml (stand-in hub, cpu launch config), one tiny arm: N=4 x 2
+    prompts per step (a prompt per process), a 16-sample budget (dynamic sampling's rounds may generate more)."""
     from test_paper_study import paper_ci_config
 
     cfg = paper_ci_config(source)
