@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: llama-cpp small setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels study-docs results-docs clean
+.PHONY: llama-cpp small slurm-dag setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels study-docs results-docs clean
 
 setup: $(VENV)/.installed
 
@@ -33,6 +33,13 @@ test: setup                ## install, then run the whole test suite
 
 test-fast: setup           ## the unit tests only (no end-to-end Snakemake/DVC/MLflow runs)
 	$(BIN)/python -m pytest -m "not slow"
+
+# The paper profile's arm (toy sizes) through Snakemake's SLURM executor on the local one-node cluster
+# (scripts/slurm-local.sh up, as root): every job a real sbatch; its record (scontrol show job, wall time) goes to
+# $(SLURM_DOCS). A few minutes: the executor polls each job.
+SLURM_DOCS ?= docs/results/slurm
+slurm-dag: setup           ## run tests/test_slurm.py's SLURM DAG and keep its record in $(SLURM_DOCS)
+	BRORL_SLURM_DAG=$(SLURM_DOCS) $(BIN)/python -m pytest tests/test_slurm.py -k arm_dag -rs
 
 pull: setup                ## fresh clone: fetch DVC-tracked outputs and mark them up to date
 	$(BIN)/brorl pull --configfile $(CONFIG)
