@@ -30,6 +30,20 @@ TRACKING = json.dumps(config["tracking"], sort_keys=True)
 os.environ.update(BRORL_PROFILE=PROFILE.to_json(), BRORL_TRACKING=TRACKING)
 
 
+# GPU jobs on one host (profiles/local-gpu): Snakemake's `gpu` resource only counts, so each job's command runs
+# under `brorl gpu-slot`, which takes the job's GPUs out of the N declared with --resources gpu=N and sets
+# CUDA_VISIBLE_DEVICES (brorl.gpu_slots; under SLURM it leaves the scheduler's binding as is).
+_GPU_TOTAL = workflow.global_resources.get("gpu")
+GPU_TOTAL = getattr(_GPU_TOTAL, "value", _GPU_TOTAL)
+
+
+def gpu_slot(wildcards, resources):
+    """The `brorl gpu-slot ... -- ` prefix of a job holding resources.gpu GPUs (params.gpu_slot; empty without)."""
+    from brorl.gpu_slots import shell_prefix
+
+    return shell_prefix(int(getattr(resources, "gpu", 0) or 0), GPU_TOTAL)
+
+
 def as_json(section):
     """A config section as the JSON text a `brorl` command takes with --config."""
     return json.dumps(section, sort_keys=True)
