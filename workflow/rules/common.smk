@@ -30,11 +30,14 @@ TRACKING = json.dumps(config["tracking"], sort_keys=True)
 os.environ.update(BRORL_PROFILE=PROFILE.to_json(), BRORL_TRACKING=TRACKING)
 
 
-# GPU jobs on one host (profiles/local-gpu): Snakemake's `gpu` resource only counts, so each job's command runs
-# under `brorl gpu-slot`, which takes the job's GPUs out of the N declared with --resources gpu=N and sets
-# CUDA_VISIBLE_DEVICES (brorl.gpu_slots; under SLURM it leaves the scheduler's binding as is).
+# GPU jobs on one host (profiles/local-gpu): Snakemake's `gpu` resource only counts, so when the run declares the
+# host's GPUs (--resources gpu=N) each GPU job's command runs under `brorl gpu-slot`, which takes the job's GPUs
+# out of the N and sets CUDA_VISIBLE_DEVICES (brorl.gpu_slots; under SLURM it leaves the scheduler's binding as
+# is). A run without the declaration (the CPU profiles, SLURM) keeps its commands and params unchanged:
+# GPU_SLOT goes before the command in the shell, **GPU_SLOT_PARAM into params.
 _GPU_TOTAL = workflow.global_resources.get("gpu")
 GPU_TOTAL = getattr(_GPU_TOTAL, "value", _GPU_TOTAL)
+GPU_SLOT = "{params.gpu_slot}" if GPU_TOTAL else ""
 
 
 def gpu_slot(wildcards, resources):
@@ -42,6 +45,9 @@ def gpu_slot(wildcards, resources):
     from brorl.gpu_slots import shell_prefix
 
     return shell_prefix(int(getattr(resources, "gpu", 0) or 0), GPU_TOTAL)
+
+
+GPU_SLOT_PARAM = {"gpu_slot": gpu_slot} if GPU_TOTAL else {}
 
 
 def as_json(section):
