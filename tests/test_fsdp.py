@@ -145,7 +145,7 @@ import json, os, signal, sys
 from brorl.training import trainer as trainer_module
 from brorl.training.arms import run_arm
 
-model, data, out, kill_at = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+model, data, out, kill_at, engine = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 facts = {}
 save = trainer_module.BroRLTrainer._save_checkpoint
 
@@ -169,7 +169,7 @@ def save_then_maybe_die(self, model_, trial):
 trainer_module.BroRLTrainer._save_checkpoint = save_then_maybe_die
 st = {"prompts_per_step": 4, "probe_every": 1, "checkpoint_every": 1, "max_completion_length": 4,
       "micro_batch_size": 8, "eta0": 1e-2, "b0": 16, "max_rounds": 2, "threads": 1, "n_rollouts": 4,
-      "generation_engine": "hf"}  # TRL's generate (synced over the processes); the grouped samplers are refused
+      "generation_engine": engine}  # hf: TRL's generate (synced over the processes); grouped samplers are refused
 stages = [{**st, "steps": 3}, {**st, "steps": 1}]  # stage 2 starts from stage 1's policy and optimizer
 s = run_arm(model, data, f"{out}/work", stages, f"{out}/model", f"{out}/results", arm="schedule", seed=0)
 with open(f"{out}/rank{os.environ['RANK']}.json", "w") as f:
@@ -200,10 +200,10 @@ def test_fsdp2_arm_resumes_from_its_checkpoint_and_hands_over(tmp_path, state_di
     config = _fsdp2_cpu_config(tmp_path, state_dict_type)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
-    def launch(kill_at: int) -> subprocess.CompletedProcess:
+    def launch(kill_at: int, engine: str = "hf", folder: Path = out) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "brorl.cli", "launch", "--accelerate-config", str(config),
                                "--processes-per-node", "2", "--", str(script), str(tmp_path / "sft"),
-                               str(tmp_path / "data"), str(out), str(kill_at)],
+                               str(tmp_path / "data"), str(folder), str(kill_at), engine],
                               capture_output=True, text=True, timeout=600, env=env)
 
     first = launch(kill_at=2)
@@ -242,3 +242,6 @@ def test_fsdp2_arm_resumes_from_its_checkpoint_and_hands_over(tmp_path, state_di
         assert (path / "model.safetensors").exists()
     summary = json.loads((stage0 / "summary.json").read_text())
     assert summary["steps"] == 3
+    if sharded:  # the grouped CPU sampler would desynchronise FSDP's all-gathers: refused before any step
+        refused = launch(kill_at=-1, engine="prefix_tree", folder=tmp_path / "refused")
+        assert refused.returncode != 0 and "cannot run under FSDP" in refused.stdout + refused.stderr

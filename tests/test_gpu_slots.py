@@ -59,8 +59,9 @@ def test_a_killed_job_gives_its_gpus_back(tmp_path):
     GPUs to the second."""
     (tmp_path / "out").mkdir()
     holder = _job(tmp_path, "holder", 2, 2, 99)  # never sees 99 reports: runs until killed
+    guard = time.monotonic() + 300  # hang guard only
     while not (tmp_path / "out" / "holder.txt").exists():
-        assert holder.poll() is None, holder.stderr.read()
+        assert holder.poll() is None and time.monotonic() < guard, holder.stderr.read()
         time.sleep(0.05)
     assert (tmp_path / "out" / "holder.txt").read_text() == "0,1"
     waiter = _job(tmp_path, "waiter", 1, 2, 2)
