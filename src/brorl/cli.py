@@ -169,6 +169,10 @@ COMMANDS = {  # in `brorl --help` order
         "run a command on every GPU: accelerate launch (one node) or srun per node",
         "brorl.training.launch:main", lambda a, f: f(a), run=None,
         setup=lambda p: importlib.import_module("brorl.training.launch").add_arguments(p)),
+    "gpu-slot": cmd(
+        "run a command on GPUs of its own on one host (CUDA_VISIBLE_DEVICES from lock files; as is under SLURM)",
+        "brorl.gpu_slots:main", lambda a, f: f(a), run=None,
+        setup=lambda p: importlib.import_module("brorl.gpu_slots").add_arguments(p)),
     "train-summary": cmd(
         "results/train/summary.md over every arm and seed", "brorl.training.report:run_train_summary",
         lambda a, f: f(a.results, a.md, a.csv, a.png, prorl_dir=a.prorl, rl=_config(a)), *req("--results", help="results/train"),

@@ -57,6 +57,7 @@ if STUDY:
             summary="results/study/prorl_late/summary.json",
         params:
             cfg=as_json({"stages": [late_start_stage(PROFILE, config["rl"], STUDY_CFG)], "heldout": False}),
+            **GPU_SLOT_PARAM,  # this job's GPUs on one host (common.smk)
         log:
             "logs/study/prorl_late.log",
         benchmark:
@@ -65,7 +66,7 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
+            f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}{ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
             " --config {params.cfg:q} --arm prorl_late --seed 0"
             f" --init {STUDY_FOLDERS['plateau']}"
             f" --data {TRAIN_DATA_DIR} --work resources/work/study/prorl_late --model-out {{output.model}}"
@@ -88,6 +89,7 @@ if STUDY:
                                    "heldout_k": STUDY_CFG.get("heldout_k"), **STUDY_HELDOUT}),
             data=study_pool,
             init=study_init,
+            **GPU_SLOT_PARAM,  # this job's GPUs on one host (common.smk)
         log:
             "logs/study/{setting}/n{n}/seed{seed}.log",
         benchmark:
@@ -96,7 +98,7 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
+            f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}{ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
             " --config {params.cfg:q} --wildcard setting={wildcards.setting}"
             " --wildcard n={wildcards.n} --wildcard seed={wildcards.seed} --arm {wildcards.setting}-n{wildcards.n}"
             " --seed {wildcards.seed} --init {params.init} --data {params.data}"

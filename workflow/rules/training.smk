@@ -41,7 +41,7 @@ ARM_LAUNCH = "" if PRORL_STAGE else f"brorl launch --accelerate-config {ACCELERA
 ARM_THREADS = 1 if PRORL_STAGE or not TRAIN else min(workflow.cores, processes_per_node(None, ACCELERATE_CONFIG, os.environ))
 ARM_INIT = "{input.model}" if PRORL_STAGE else START_MODEL
 TRAIN_ARM_SHELL = (
-    f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
+    f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}{ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
     " --config {params.cfg:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
     f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {ARM_INIT} --data {TRAIN_DATA_DIR}"
     " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
@@ -119,6 +119,7 @@ if TRAIN:
             seed=r"\d+",
         params:
             cfg=lambda wildcards: as_json(stage_config(config["rl"], wildcards.arm)),
+            **GPU_SLOT_PARAM,  # this job's GPUs on one host (common.smk)
         log:
             "logs/train/{arm}/seed{seed}.log",
         benchmark:
