@@ -151,7 +151,7 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
                       "task_configs": dict(s.reasoning_gym_task_configs) or None}
         info = benchmarks.prepare_benchmark(name, source, raw, spec=spec, revision=s.revisions.get(name),
                                             log_fn=say, **kwargs)
-        records = [training_record(name, spec.kind, r) for r in benchmarks.read_table(raw)]
+        records = [training_record(name, spec.kind, r) for r in benchmarks.read_records(raw)]
         train, validation = split_records(records, name, s)
         for split, rows in (("train", train), ("validation", validation)):
             benchmarks.write_atomic(out / name / f"{split}.jsonl", benchmarks.jsonl_bytes(rows))
@@ -223,7 +223,10 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> lis
     for kind, idx in by_kind.items():
         texts = [completions[i] for i in idx]
         if kind == "math":
-            golds = [records[i].get("answer") or "" for i in idx]
+            golds = [records[i].get("answer") for i in idx]
+            for i, gold in zip(idx, golds):
+                if not benchmarks.usable_gold(gold):  # the readers refuse such records: this is a caller's mistake
+                    raise ValueError(f"math record {records[i].get('id')!r} has no usable gold answer ({gold!r})")
             scores = pool.math_rewards(texts, golds)
         elif kind == "reasoning_gym":
             scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx])

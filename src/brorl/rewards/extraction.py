@@ -27,6 +27,17 @@ _ARROW_OR_BRACE = re.compile(
     r"\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies)(?![A-Za-z])|:=|\\[{}]|[{}]"
 )
 _PERCENT = re.compile(r"\\?%")
+# Spacing between digits: a space, LaTeX's spacing commands, a tie.
+_SPACE = r"(?:\s|~|\\[ ,;:!>]|\\(?:q?quad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])|\\hspace\*?\{[^{}]{0,20}\}|\{,\})"
+# Digits grouped by thousands with spaces or thin spaces (1 000, 1\,000, 12\,345\,678): one number.
+_THOUSANDS = re.compile(rf"(?<![\d.,])(-?\d{{1,3}})((?:{_SPACE}+\d{{3}})+)(?![\d.])")
+_SPACE_RE = re.compile(f"{_SPACE}+")
+# Two numbers side by side (12 13, 2\ 3): a list of values, which math-verify reads as their sum or product.
+_JUXTAPOSED = re.compile(rf"(?<![\w.])-?\d+(?:\.\d+)?{_SPACE}+-?\.?\d")
+# Characters that write a digit or a sign another way: any Unicode decimal digit (full-width, Arabic-Indic,
+# Devanagari, mathematical bold...), full-width ASCII, the minus sign. Superscripts and circled digits are not
+# digits (category No) and are left alone.
+_UNICODE_MAP: dict[int, str] = {0x2212: "-"}
 _VISIBLE_CONTROLS = "\t\n\r"
 _OPENERS = "{(["
 _CLOSERS = "})]"
@@ -84,10 +95,45 @@ def _has_hidden_characters(text: str) -> bool:
     return any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") and ch not in _VISIBLE_CONTROLS for ch in text)
 
 
+def _unicode_digits(text: str) -> str:
+    """``text`` with every Unicode decimal digit as its ASCII digit, full-width ASCII (U+FF01-U+FF5E) as ASCII and
+    U+2212 MINUS SIGN as ``-``: a right answer written ``１２`` or ``١٢`` is ``12``."""
+    if text.isascii():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if code < 128:
+            out.append(ch)
+        elif code in _UNICODE_MAP:
+            out.append(_UNICODE_MAP[code])
+        elif 0xFF01 <= code <= 0xFF5E:
+            out.append(chr(code - 0xFEE0))
+        elif unicodedata.category(ch) == "Nd":
+            out.append(str(unicodedata.digit(ch)))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _join_thousands(text: str) -> str:
+    """Digit groups of three set off by spaces or thin spaces are one number: ``1\\,000`` is ``1000``."""
+    if not any(ch.isdigit() for ch in text):
+        return text
+    return _THOUSANDS.sub(lambda m: m.group(1) + "".join(ch for ch in m.group(2) if ch.isdigit()), text)
+
+
+def juxtaposed_numbers(text: str) -> bool:
+    """True if ``text`` sets two numbers side by side with only spacing between them (``12 13``, ``2\\ 3``): a
+    list of values, not one (math-verify reads ``12 13`` as 25 and ``2 3`` as 5)."""
+    return _JUXTAPOSED.search(text) is not None
+
+
 def _normalize_answer(text: str) -> str:
     """The answer as graded: percent signs dropped (``50\\%`` is ``50``: DeepScaleR's grader removes them,
-    math-verify accepts the bare form) and top-level arrows / ``:=`` read as ``=``."""
-    text = _PERCENT.sub("", text)
+    math-verify accepts the bare form), Unicode digits as ASCII (:func:`_unicode_digits`), thousands groups joined
+    (:func:`_join_thousands`) and top-level arrows / ``:=`` read as ``=``."""
+    text = _join_thousands(_unicode_digits(_PERCENT.sub("", text)))
     if "\\" not in text and ":=" not in text:
         return text
     out, depth, last = [], 0, 0
@@ -255,13 +301,34 @@ def final_line_answer(text: str) -> str | None:
     return answer
 
 
+_ANSWER_TAG = re.compile(r"</?answer>")
+
+
+def _last_answer_tag(text: str) -> str | None:
+    """Content of the ``<answer>...</answer>`` pair that opens last among those that close (matched like braces,
+    so ``<answer><answer>7</answer></answer>`` gives ``7``, as ``\\boxed{\\boxed{7}}`` does), else ``None``."""
+    if "</answer>" not in text:
+        return None
+    stack: list[int] = []
+    best_start, best_end = -1, -1
+    for match in _ANSWER_TAG.finditer(text):
+        if match.group() == "<answer>":
+            stack.append(match.end())
+        elif stack:
+            start = stack.pop()
+            if start > best_start:
+                best_start, best_end = start, match.start()
+    return text[best_start:best_end] if best_start >= 0 else None
+
+
 def extract_reasoning_gym_answer(completion: Any) -> str | None:
     """Answer text of a Reasoning Gym completion, or ``None``.
 
-    The text inside the last ``<answer>...</answer>`` pair, stripped (same result as
-    ``reasoning_gym.utils.extract_answer``, but with ``str.rfind`` instead of a regex).  Without a
-    complete tag pair, the text after the last ``</think>``; a completion that opens ``<think>`` and never
-    closes it (truncated reasoning) has no answer. A completion with neither tags nor reasoning markers
+    Read where the math reward reads (:func:`extract_math_answer`): only the text after the last ``</think>``
+    counts -- the reasoning is not the answer -- and a completion that opens ``<think>`` and never closes it
+    (truncated reasoning) has no answer. In that text, the content of the last complete ``<answer>...</answer>``
+    pair (innermost when nested; the ProRL convention, as ``reasoning_gym.utils.extract_answer`` without a regex),
+    stripped; without a complete pair, the text itself. A completion with neither tags nor reasoning markers
     (prose, as SmolLM2-135M writes) has the answer its last line states (:func:`final_line_answer`) or none:
     reasoning-gym's own ``extract_answer`` gives none, and the whole prose would earn its scorers' partial
     credit (``len(gold) / len(text)`` when the gold occurs anywhere in it) for a hedge or a list of guesses.
@@ -269,14 +336,14 @@ def extract_reasoning_gym_answer(completion: Any) -> str | None:
     text = completion_text(completion)
     if text is None:
         return None
-    end = text.rfind("</answer>")
-    if end >= 0:
-        start = text.rfind("<answer>", 0, end)
-        if start >= 0:
-            return text[start + len("<answer>"):end].strip()
     think_end = text.rfind("</think>")
     if think_end >= 0:
-        return text[think_end + len("</think>"):].strip()
-    if "<think>" in text:
+        text = text[think_end + len("</think>"):]
+    elif "<think>" in text:
         return None
+    tagged = _last_answer_tag(text)
+    if tagged is not None:
+        return tagged.strip()
+    if think_end >= 0:
+        return text.strip()
     return final_line_answer(text)
