@@ -160,7 +160,7 @@ def read_table(path: str | os.PathLike[str]) -> list[dict]:
         return jsonl.read_rows(path)  # a source's raw rows: objects, whatever their columns
     if suffix == ".json":
         try:
-            data = json.loads(path.read_text(encoding="utf-8"), parse_constant=jsonl.refuse_non_finite)
+            data = json.loads(path.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise BenchmarkDataError(f"{path}: not JSON: {exc}") from None
         if isinstance(data, dict):
@@ -336,7 +336,7 @@ def _math_record(spec, rel, i, row, source) -> dict:
     problem = _text(_pick(row, spec.fields["problem"], "problem", where))
     raw = _pick(row, spec.fields["answer"], "answer", where)
     if not usable_gold(raw):
-        raise BenchmarkDataError(f"{where}: no usable gold answer ({raw!r})")
+        raise BenchmarkDataError(f"{where}: {'empty' if gold_text(raw) == '' else 'unusable'} answer ({raw!r})")
     answer = gold_text(raw)
     if not problem:
         raise BenchmarkDataError(f"{where}: empty problem")

@@ -29,11 +29,13 @@ def refuse_non_finite(name: str):
 
 
 def read_rows(path: str | os.PathLike[str]) -> list[dict]:
-    """The rows of a JSON-lines file, each a JSON object; blank lines are skipped.
+    """The rows of a source's JSON-lines file, each a JSON object; blank lines are skipped.
 
-    Raises :class:`RecordError` naming ``path:line`` for a line that is not JSON (with ``json``'s column), that
-    holds ``NaN`` / ``Infinity``, or whose value is not an object (``[1, 2, 3]``, ``"x"``, ``3``)."""
-    return [row for _, row in _numbered_rows(path)]
+    Raises :class:`RecordError` naming ``path:line`` for a line that is not JSON (with ``json``'s column) or whose
+    value is not an object (``[1, 2, 3]``, ``"x"``, ``3``). ``NaN`` / ``Infinity`` are read as floats here: a
+    source's values are judged by its converter (a training source counts and skips a row whose gold answer is
+    NaN, a benchmark refuses it, naming the row)."""
+    return [row for _, row in _numbered_rows(path, non_finite=True)]
 
 
 def bad_answer(value) -> str | None:
@@ -61,21 +63,23 @@ def check_answer(row: dict, where: str) -> None:
 
 def read_records(path: str | os.PathLike[str]) -> list[dict]:
     """The records of a JSON-lines file the pipeline wrote (tasks, benchmark and training data): :func:`read_rows`,
-    and each must carry an ``answer`` that is text or a finite number (:class:`RecordError` naming the line)."""
+    and each must carry an ``answer`` that is text or a finite number, and no line may hold ``NaN`` / ``Infinity``
+    (:class:`RecordError` naming the line)."""
     rows = []
-    for lineno, row in _numbered_rows(path):
+    for lineno, row in _numbered_rows(path, non_finite=False):
         check_answer(row, f"{path}:{lineno}")
         rows.append(row)
     return rows
 
 
-def _numbered_rows(path: str | os.PathLike[str]):
+def _numbered_rows(path: str | os.PathLike[str], non_finite: bool):
+    constant = None if non_finite else refuse_non_finite
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line, parse_constant=refuse_non_finite)
+                row = json.loads(line, parse_constant=constant)
             except json.JSONDecodeError as exc:
                 raise RecordError(f"{path}:{lineno}: not JSON: {exc.msg} (column {exc.colno})") from None
             except ValueError as exc:

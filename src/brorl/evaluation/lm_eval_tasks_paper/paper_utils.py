@@ -14,7 +14,8 @@ Scorers (one 0/1 or [0, 1] value per completion; garbage scores 0, nothing raise
 dependency, which is a set-up error and says what to install)
     - math (:func:`score_math`): :func:`brorl.rewards.math_reward` against ``doc["answer"]`` (math-verify, gold
       first, in the reward pool's hard-timeout worker processes; the batch form
-      ``get_default_pool().math_rewards`` is the same code);
+      ``get_default_pool().math_rewards`` is the same code, so evaluation grades by the training reward's rules;
+      an answer that runs out of verification time is logged as a timeout);
     - GPQA (:func:`score_gpqa`): the letter :func:`extract_choice_letter` finds must equal ``doc["answer"]``;
     - Reasoning Gym (:func:`score_reasoning_gym`): :func:`brorl.rewards.reasoning_gym_reward` with the
       generated entry (``doc["entry"]``, a JSON string; :func:`brorl.rewards.parse_reasoning_gym_entry` restores
@@ -55,6 +56,7 @@ import numpy as np
 from brorl import rewards
 from brorl.data.benchmarks import CHOICE_LETTERS, read_records
 from brorl.evaluation.metrics import completions_of, doc_metrics
+from brorl.rewards.adapters import report_timeouts
 
 logger = logging.getLogger(__name__)
 
@@ -122,9 +124,13 @@ def score_math(doc, completions) -> list[float]:
     if not completions:
         return []
     gold = doc.get("answer") if isinstance(doc, dict) else None
-    if gold is None or gold == "":
+    if gold is None or gold == "":  # load_records refuses such a record; say so if one comes another way
+        logger.warning("doc %r has no gold answer: its %d completions score 0", _doc_id(doc), len(completions))
         return [0.0] * len(completions)
-    return rewards.get_default_pool().math_rewards(completions, [gold] * len(completions))
+    timeouts: list[bool] = []
+    out = rewards.get_default_pool().math_rewards(completions, [gold] * len(completions), timeouts=timeouts)
+    report_timeouts(timeouts, "math")
+    return out
 
 
 def process_math(doc, results) -> dict[str, float]:
@@ -226,7 +232,10 @@ def score_reasoning_gym(doc, completions) -> list[float]:
         entry = None
     if entry is None or not completions:
         return [0.0] * len(completions)
-    return rewards.get_default_pool().reasoning_gym_rewards(completions, [entry] * len(completions))
+    timeouts: list[bool] = []
+    out = rewards.get_default_pool().reasoning_gym_rewards(completions, [entry] * len(completions), timeouts=timeouts)
+    report_timeouts(timeouts, "reasoning_gym")
+    return out
 
 
 def process_reasoning_gym(doc, results) -> dict[str, float]:
