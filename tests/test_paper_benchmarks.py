@@ -394,7 +394,16 @@ def test_math_process_results_scores_hand_written_completions(prepared):
     # Equivalent forms of a gold answer count (math-verify), e.g. 0.5 for \frac{1}{2}.
     doc = records(prepared["data"], "math500")[1]
     assert paper_utils.score_math(doc, ["\\boxed{0.5}", "\\boxed{\\dfrac{1}{2}}", "\\boxed{2}"]) == [1.0, 1.0, 0.0]
-    assert paper_utils.score_math({"id": "x"}, ["\\boxed{1}"]) == [0.0]  # a doc without a gold answer
+    assert paper_utils.score_math({"id": "x"}, ["\\boxed{1}"]) == [0.0]  # a doc without a gold answer (warned)
+
+
+def test_math_scorer_follows_the_training_rule():
+    """The lm-eval math scorer is the training reward: a list of values in one box or an inexact decimal does not
+    pay in evaluation either (issue 30)."""
+    doc = {"id": "x", "answer": "13"}
+    assert paper_utils.score_math(doc, ["\\boxed{12 \\vee 13}", "\\boxed{12 13}", "\\boxed{１３}", "\\boxed{13}"]) == [
+        0.0, 0.0, 1.0, 1.0]
+    assert paper_utils.score_math({"id": "y", "answer": "\\frac{1}{2}"}, ["\\boxed{0.5000001}"]) == [0.0]
 
 
 @pytest.mark.parametrize("text,letter", [
@@ -404,6 +413,7 @@ def test_math_process_results_scores_hand_written_completions(prepared):
     ("<think>The answer is A.</think> The answer is \\boxed{B}", "B"),
     ("<think>\\boxed{A}</think> I am not sure.", None), ("\\boxed{42}", None), ("Answer: Carbon", None),
     ("A", None), ("", None), (None, None), (7, None),
+    ("<answer><answer>C</answer></answer>", "C"),  # nested tags: the Reasoning Gym reward's rule (issue 30)
 ])
 def test_gpqa_letter_extraction_rule(text, letter):
     assert paper_utils.extract_choice_letter(text) == letter

@@ -44,6 +44,25 @@ MATH_LISTS = [  # (completion, gold, expected, from the issue)
     ("The answer is $12 \\vee 13$.", "13", 0.0, False),
     ("The answer is 12 | 13", "13", 0.0, False),
     ("The answer is 12 \\\\ 13", "13", 0.0, False),
+    # no box: the last number of the tail pays only when its line states it alone (issue 30's probe, own attempts)
+    ("I think it is 12 or 13", "13", 0.0, False),
+    ("The total is 12, 13", "13", 0.0, False),
+    ("we get 12 | 13", "13", 0.0, False),
+    ("12 13", "13", 0.0, False),
+    ("So 3 + 4 = 8", "8", 0.0, False),
+    ("which is probably 13", "13", 0.0, False),
+    ("so we get $\\frac{1+\\sqrt{5}}{2}$", "2", 0.0, False),
+    ("the area is $x^2$", "2", 0.0, False),
+    ("So 3 + 4 = 7", "7", 1.0, False),
+    ("which gives 12 in total", "12", 1.0, False),
+    # markup that hides one value behind another
+    *[(rf"\boxed{{{t}}}", "13", 0.0, False) for t in (
+        r"x \in \{12, 13\}", r"(12, 13)", r"13\ (12)", r"\overset{12}{13}", r"\cancel{12} 13", r"\sout{12}13",
+        r"\color{red}{12}13", r"\phantom{12}13", r"\textcolor{white}{12} 13", r"{}^{12}13", r"\not 12 13",
+        r"\mathrm{12}\mathrm{13}", r"12\hphantom{}13", r"\underbrace{12}_{13}", r"\stackrel{12}{13}", r"12 \atop 13",
+        r"12 \text{ } 13", r"12\text{, }13", r"\{12\} \cup \{13\}", r"\text{either}~12~13", r"12 \approx 13",
+        r"12 \sim 13", r"12 \neq 13", r"12 < 13", r"12 \leq x \leq 13", r"12, \ldots, 13", r"12 \to 13", r"12 \equiv 13",
+        r"12 \quad\text{(or } 13)", "1\u20093", "1\u00a03", "12\u200a13", r"1\;3", r"1\hspace{0pt}3")],
     # juxtaposed numbers: read by math-verify as their sum (or product)
     (r"\boxed{12 13}", "25", 0.0, True),
     (r"\boxed{2 3}", "5", 0.0, True),

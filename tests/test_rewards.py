@@ -110,7 +110,10 @@ def test_extract_boxed_is_linear_on_huge_inputs():
         ("... so the final answer is $\\frac{1}{2}$.", ("raw", "$\\frac{1}{2}$")),
         ("Therefore, the answer is 42.", ("boxed", "42")),
         ("Answer: 7\nDone", ("boxed", "7")),
-        ("we get 3 apples, then 1,250 more", ("boxed", "1250")),
+        ("we get 3 apples, then 1,250 more", ("boxed", "1250")),  # prose between two numbers: the last
+        ("we get 3, 1,250", None),  # a list on the answer's line: neither is the answer
+        ("so 3 + 4 = 7", ("boxed", "7")),  # a true computation states its value
+        ("so 3 + 4 = 8", None),
         ("nothing numeric", None),
         ("", None),
         (None, None),
@@ -672,13 +675,13 @@ def test_fork_and_interpreter_exit_leave_no_processes(tmp_path):
         def pids():
             return " ".join(map(str, R.get_default_pool().worker_pids + [fs._forkserver._forkserver_pid]))
         if __name__ == "__main__":
-            assert R.math_reward("\\boxed{3}", "3") == 1.0
+            assert R.math_reward("\\\\boxed{3}", "3") == 1.0
             parent_pids = pids()
             r, w = os.pipe()
             child = os.fork()
             if child == 0:
                 os.close(r)
-                ok = R.math_reward("\\boxed{5}", "5") == 1.0 and R.math_reward("\\boxed{5}", "6") == 0.0
+                ok = R.math_reward("\\\\boxed{5}", "5") == 1.0 and R.math_reward("\\\\boxed{5}", "6") == 0.0
                 os.write(w, (pids() + (" ok" if ok else " bad")).encode())
                 sys.exit(0)  # normal exit: atexit hooks run in the child too
             os.close(w)
@@ -722,7 +725,7 @@ def test_workers_do_not_reimport_main_script(tmp_path):
         print("MAIN-RAN", flush=True)
         p = RewardPool(num_workers=2, timeout={GENEROUS})
         assert p._run([(reward_tasks.hang, ())], timeout=0.5) == [0.0]  # forces replacement workers
-        assert p.math_rewards(["\\boxed{{2}}"] * 4, ["2", "2", "2", "3"]) == [1.0, 1.0, 1.0, 0.0]
+        assert p.math_rewards(["\\\\boxed{{2}}"] * 4, ["2", "2", "2", "3"]) == [1.0, 1.0, 1.0, 0.0]
         """
     ))
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=SUBPROCESS_LIMIT)

@@ -82,6 +82,7 @@ from brorl.rewards.extraction import (
     extract_math_answer,
     extract_reasoning_gym_answer,
     final_line_answer,
+    last_answer_tag,
 )
 from brorl.rewards.graders import _TASKS  # noqa: F401 - the production task table (tests check its contents)
 from brorl.rewards.graders import parse_reasoning_gym_entry
@@ -100,6 +101,7 @@ __all__ = [
     "extract_math_answer",
     "extract_reasoning_gym_answer",
     "final_line_answer",
+    "last_answer_tag",
     "completion_text",
     "parse_reasoning_gym_entry",
     "get_default_pool",

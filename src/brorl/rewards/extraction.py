@@ -206,7 +206,8 @@ def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[s
 
     1. the last complete ``\\boxed{...}``;
     2. the text after the last "answer is" / "answer:" (up to the end of that line);
-    3. the last number in the completion's tail.
+    3. the last number in the completion's tail, unless its line lists it after another value ("12, 13",
+       "12 | 13", "12 13") or ends a false computation with it ("3 + 4 = 8"), or hedges ("maybe 13").
     """
     text = completion_text(completion)
     if not text:
@@ -239,11 +240,41 @@ def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[s
     last = None
     for last in _NUMBER.finditer(tail):
         pass
-    if last is not None:
-        return ("boxed", last.group().replace(",", ""))
-    return None
+    if last is None:
+        return None
+    # The last number must not be the last of a list on its line ("12, 13", "12 | 13", "12 13", "12 or 13") nor
+    # the end of a false computation ("3 + 4 = 8"): a policy would learn to drop the box and hedge in prose if the
+    # last value were paid. Prose between two numbers ("not 10, it is 12") leaves the last one the answer.
+    line_start = tail.rfind("\n", 0, last.start()) + 1
+    line_end = tail.find("\n", last.end())
+    if _HEDGE.search(tail[line_start:line_end if line_end >= 0 else len(tail)]):  # "maybe 13", "12 or 13"
+        return None
+    line = tail[line_start:last.end()]
+    before, after = line[:last.start() - line_start].rstrip()[-1:], tail[last.end():].lstrip()[:1]
+    if before in _INSIDE_LATEX_BEFORE or after in _INSIDE_LATEX_AFTER:  # the 2 of \frac{1+\sqrt{5}}{2}, x^2
+        return None
+    numbers = list(_NUMBER.finditer(line))
+    if len(numbers) > 1:
+        joiner = line[numbers[-2].end():numbers[-1].start()]
+        if _LIST_JOINER.fullmatch(joiner):
+            return None
+        if _COMPUTATION_JOINER.fullmatch(joiner):  # the arithmetic run that ends at the last number
+            start = len(line)
+            while start > 0 and line[start - 1] in _ARITHMETIC_CHARS:
+                start -= 1
+            if final_line_answer(line[start:]) is None:
+                return None
+    return ("boxed", last.group().replace(",", ""))
 
 
+# What joins the last two numbers of a line when they are a list (12, 13 / 12 | 13 / 12 13 / 12 and 13) or a
+# computation (3 + 4 = 7: checked by final_line_answer).
+_LIST_JOINER = re.compile(r"\s*(?:[,;|&]|\\\\|\\(?:vee|lor|mid|cup)|and|vs\.?)?\s*", re.IGNORECASE)
+_COMPUTATION_JOINER = re.compile(r"[\s()]*[=+\-*/×÷^][\s=+\-*/×÷^()]*")
+_ARITHMETIC_CHARS = frozenset("0123456789.,+-*/()= \t")
+# A number in a LaTeX group or script is part of an expression, not an answer on its own.
+_INSIDE_LATEX_BEFORE = frozenset("{^_\\")
+_INSIDE_LATEX_AFTER = frozenset("}^_")
 # A final-line answer without tags (see final_line_answer): one number or one word, nothing else.
 _FINAL_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z]+")
 _ARITHMETIC = re.compile(r"[\d\s.+\-*/()]+")
@@ -304,7 +335,7 @@ def final_line_answer(text: str) -> str | None:
 _ANSWER_TAG = re.compile(r"</?answer>")
 
 
-def _last_answer_tag(text: str) -> str | None:
+def last_answer_tag(text: str) -> str | None:
     """Content of the ``<answer>...</answer>`` pair that opens last among those that close (matched like braces,
     so ``<answer><answer>7</answer></answer>`` gives ``7``, as ``\\boxed{\\boxed{7}}`` does), else ``None``."""
     if "</answer>" not in text:
@@ -341,7 +372,7 @@ def extract_reasoning_gym_answer(completion: Any) -> str | None:
         text = text[think_end + len("</think>"):]
     elif "<think>" in text:
         return None
-    tagged = _last_answer_tag(text)
+    tagged = last_answer_tag(text)
     if tagged is not None:
         return tagged.strip()
     if think_end >= 0:

@@ -189,13 +189,11 @@ def extract_choice_letter(completion: Any) -> str | None:
         letter = _letter_of(boxed)
         if letter is not None:
             return letter
-    end = part.rfind("</answer>")
-    if end >= 0:
-        start = part.rfind("<answer>", 0, end)
-        if start >= 0:
-            letter = _letter_of(part[start + len("<answer>"):end])
-            if letter is not None:
-                return letter
+    tagged = rewards.last_answer_tag(part)  # nested tags matched like braces, as the Reasoning Gym reward does
+    if tagged is not None:
+        letter = _letter_of(tagged)
+        if letter is not None:
+            return letter
     last = None
     for last in _PHRASE_LETTER.finditer(part[-4000:]):
         pass
