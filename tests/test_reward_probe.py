@@ -61,7 +61,8 @@ MATH_LISTS = [  # (completion, gold, expected, from the issue)
         r"\color{red}{12}13", r"\phantom{12}13", r"\textcolor{white}{12} 13", r"{}^{12}13", r"\not 12 13",
         r"\mathrm{12}\mathrm{13}", r"12\hphantom{}13", r"\underbrace{12}_{13}", r"\stackrel{12}{13}", r"12 \atop 13",
         r"12 \text{ } 13", r"12\text{, }13", r"\{12\} \cup \{13\}", r"\text{either}~12~13", r"12 \approx 13",
-        r"12 \sim 13", r"12 \neq 13", r"12 < 13", r"12 \leq x \leq 13", r"12, \ldots, 13", r"12 \to 13", r"12 \equiv 13",
+        r"12 \sim 13", r"12 \neq 13", r"12 < 13", r"12 \leq x \leq 13", r"12, \ldots, 13", r"12 \to 13",
+        r"12 \equiv 13",
         r"12 \quad\text{(or } 13)", "1\u20093", "1\u00a03", "12\u200a13", r"1\;3", r"1\hspace{0pt}3")],
     # juxtaposed numbers: read by math-verify as their sum (or product)
     (r"\boxed{12 13}", "25", 0.0, True),
@@ -94,6 +95,8 @@ MATH_LISTS = [  # (completion, gold, expected, from the issue)
     (r"\boxed{1\,000}", "1000", 1.0, False),
     (r"\boxed{1{,}000}", "1000", 1.0, False),
     (r"\boxed{12\,345\,678}", "12345678", 1.0, False),
+    (r"\boxed{12\hspace{1em}345}", "12345", 1.0, False),
+    (r"\boxed{12\hspace{1em}345}", "121345", 0.0, False),
     (r"\boxed{\begin{pmatrix} 1 \\ 2 \end{pmatrix}}", r"\begin{pmatrix}1\\2\end{pmatrix}", 1.0, False),
     (r"\boxed{x = 13}", "13", 1.0, False),
     (r"\boxed{13 \text{ cm}}", "13", 1.0, False),

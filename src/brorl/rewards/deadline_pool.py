@@ -238,8 +238,8 @@ class DeadlinePool:
 
     Parameters: ``num_workers``, ``timeout`` (the hard limit per attempt; a soft limit of
     ``soft_timeout_fraction * timeout`` inside the worker usually ends slow Python-level work first, without a
-    restart), ``timeout_retries`` (each retry's deadline ``retry_timeout_factor`` times the last), ``start_method``, ``memory_limit_mb``, ``startup_timeout``,
-    ``max_tasks_per_worker`` and ``preload`` (domains the workers and the fork server import up front), as
+    restart), ``timeout_retries`` (each retry's deadline ``retry_timeout_factor`` times the last), ``start_method``,
+    ``memory_limit_mb``, ``startup_timeout``, ``max_tasks_per_worker`` and ``preload`` (domains the workers and the fork server import up front), as
     described for :class:`brorl.rewards.pool.RewardPool`.
 
     A subclass names what its workers run: ``worker_main`` (the worker process's entry point),

@@ -28,7 +28,8 @@ _ARROW_OR_BRACE = re.compile(
 )
 _PERCENT = re.compile(r"\\?%")
 # Spacing between digits: a space, LaTeX's spacing commands, a tie.
-_SPACE = r"(?:\s|~|\\[ ,;:!>]|\\(?:q?quad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])|\\hspace\*?\{[^{}]{0,20}\}|\{,\})"
+_SPACE = (r"(?:\s|~|\\[ ,;:!>]|\\(?:q?quad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])"
+          r"|\\hspace\*?\{[^{}]{0,20}\}|\{,\})")
 # Digits grouped by thousands with spaces or thin spaces (1 000, 1\,000, 12\,345\,678): one number.
 _THOUSANDS = re.compile(rf"(?<![\d.,])(-?\d{{1,3}})((?:{_SPACE}+\d{{3}})+)(?![\d.])")
 _SPACE_RE = re.compile(f"{_SPACE}+")
@@ -120,7 +121,7 @@ def _join_thousands(text: str) -> str:
     """Digit groups of three set off by spaces or thin spaces are one number: ``1\\,000`` is ``1000``."""
     if not any(ch.isdigit() for ch in text):
         return text
-    return _THOUSANDS.sub(lambda m: m.group(1) + "".join(ch for ch in m.group(2) if ch.isdigit()), text)
+    return _THOUSANDS.sub(lambda m: m.group(1) + _SPACE_RE.sub("", m.group(2)), text)
 
 
 def juxtaposed_numbers(text: str) -> bool:
