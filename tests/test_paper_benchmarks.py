@@ -406,6 +406,23 @@ def test_math_scorer_follows_the_training_rule():
     assert paper_utils.score_math({"id": "y", "answer": "\\frac{1}{2}"}, ["\\boxed{0.5000001}"]) == [0.0]
 
 
+def test_evaluation_retries_a_timed_out_answer_with_a_long_budget():
+    """Evaluation is off the training's critical path: a right answer that runs out of the pool's deadline (10 ms
+    here, far below the ~1.3 s of sympy the Basel sum takes) is verified again with EVAL_RETRY_TIMEOUT (60 s) and
+    pays; training would count it as a timeout."""
+    from brorl import rewards
+
+    basel = "\\boxed{\\sum_{n=1}^{\\infty} \\frac{1}{n^2}}"
+    rewards.configure(num_workers=1, timeout=0.01)
+    try:
+        assert paper_utils.score_math({"id": "b", "answer": "\\frac{\\pi^2}{6}"}, [basel, "\\boxed{2}"]) == [1.0, 0.0]
+        stats = rewards.get_default_pool().stats
+        assert stats.timed_out_tasks >= 1 and stats.cache_hits == 0
+    finally:
+        rewards.configure()
+        rewards.close()
+
+
 @pytest.mark.parametrize("text,letter", [
     ("\\boxed{C}", "C"), ("so $\\boxed{(B)}$", "B"), ("\\boxed{\\text{D}}", "D"), ("\\boxed{\\textbf{(A)}}", "A"),
     ("\\boxed{C) electron}", "C"), ("\\boxed{b}", "B"), ("<answer>D</answer>", "D"),

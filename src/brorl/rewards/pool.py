@@ -139,12 +139,14 @@ class RewardPool(DeadlinePool):
     # -- caching -----------------------------------------------------------------------------------
 
     def _run_cached(self, keys: list[tuple | None], tasks_for: Callable[[tuple], tuple[Any, tuple]],
-                    timeouts: list | None = None) -> list[float]:
+                    timeouts: list | None = None, timeout: float | None = None) -> list[float]:
         """Score ``keys`` (None -> 0.0), de-duplicating within the batch and through the LRU cache.
 
         Rewards are cached; a task that timed out on every attempt (or killed its worker) is not: with
         ``cache_timeouts`` it is remembered as a timeout for ``timeout_ttl`` seconds, then tried again.
         ``timeouts`` (a list) is filled with one flag per key: True where the 0.0 is a timeout (now or remembered).
+        ``timeout`` (seconds per attempt, default the pool's) is for a call that can wait: remembered timeouts are
+        then verified again.
         """
         self._check_fork()
         out = [0.0] * len(keys)
@@ -160,7 +162,7 @@ class RewardPool(DeadlinePool):
                 if hit is not None:
                     self._cache.move_to_end(key)
                     self.stats.cache_hits += 1
-                elif self._timed_out.get(key, 0.0) > now:
+                elif timeout is None and self._timed_out.get(key, 0.0) > now:
                     hit = 0.0
                     flags[i] = True
                     self.stats.remembered_timeouts += 1
@@ -172,7 +174,7 @@ class RewardPool(DeadlinePool):
             unique = list(todo)
             failed = [False] * len(unique)
             timed_out = [False] * len(unique)
-            values = self._run([tasks_for(k) for k in unique], failed=failed, timed_out=timed_out)
+            values = self._run([tasks_for(k) for k in unique], timeout, failed=failed, timed_out=timed_out)
             now = time.monotonic()
             with self._cond:
                 for key, value, bad, late in zip(unique, values, failed, timed_out):
@@ -225,13 +227,15 @@ class RewardPool(DeadlinePool):
             return None
 
     def math_rewards(self, completions: Sequence[Any], golds: Sequence[Any], *,
-                     timeouts: list | None = None) -> list[float]:
+                     timeouts: list | None = None, timeout: float | None = None) -> list[float]:
         """Score a batch of math completions against gold answers in parallel; each reward is 0.0 or 1.0.
-        ``timeouts``, if a list, is filled with one flag per completion: True where its 0.0 is a timeout."""
+        ``timeouts``, if a list, is filled with one flag per completion: True where its 0.0 is a timeout.
+        ``timeout``: seconds per attempt for this call (default the pool's), for a caller off the training's
+        critical path (evaluation retries its timeouts with a long one)."""
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers")
         keys = [self._math_key(c, g) for c, g in zip(completions, golds)]
-        return self._run_cached(keys, lambda k: ("math", k[1:]), timeouts)
+        return self._run_cached(keys, lambda k: ("math", k[1:]), timeouts, timeout)
 
     def math_reward(self, completion: Any, gold: Any) -> float:
         """Score one math completion (see :func:`math_reward`)."""
@@ -251,9 +255,10 @@ class RewardPool(DeadlinePool):
             return None
 
     def reasoning_gym_rewards(self, completions: Sequence[Any], entries: Sequence[Any], *,
-                              timeouts: list | None = None) -> list[float]:
+                              timeouts: list | None = None, timeout: float | None = None) -> list[float]:
         """Score a batch of Reasoning Gym completions with their datasets' scorers, in parallel. ``timeouts``, if a
-        list, is filled with one flag per completion: True where its 0.0 is a timeout."""
+        list, is filled with one flag per completion: True where its 0.0 is a timeout; ``timeout`` as for
+        :meth:`math_rewards`."""
         if len(completions) != len(entries):
             raise ValueError(f"{len(completions)} completions but {len(entries)} entries")
         out = [0.0] * len(completions)
@@ -267,7 +272,7 @@ class RewardPool(DeadlinePool):
                 where.append(i)
         late = [False] * len(tasks)
         flags = [False] * len(completions)
-        for i, value, t in zip(where, self._run(tasks, timed_out=late), late):
+        for i, value, t in zip(where, self._run(tasks, timeout, timed_out=late), late):
             out[i], flags[i] = value, t
         if timeouts is not None:
             timeouts[:] = flags

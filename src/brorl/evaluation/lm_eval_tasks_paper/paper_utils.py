@@ -15,7 +15,8 @@ dependency, which is a set-up error and says what to install)
     - math (:func:`score_math`): :func:`brorl.rewards.math_reward` against ``doc["answer"]`` (math-verify, gold
       first, in the reward pool's hard-timeout worker processes; the batch form
       ``get_default_pool().math_rewards`` is the same code, so evaluation grades by the training reward's rules;
-      an answer that runs out of verification time is logged as a timeout);
+      an answer that runs out of the training deadline is verified again with :data:`EVAL_RETRY_TIMEOUT`, then
+      logged as a timeout);
     - GPQA (:func:`score_gpqa`): the letter :func:`extract_choice_letter` finds must equal ``doc["answer"]``;
     - Reasoning Gym (:func:`score_reasoning_gym`): :func:`brorl.rewards.reasoning_gym_reward` with the
       generated entry (``doc["entry"]``, a JSON string; :func:`brorl.rewards.parse_reasoning_gym_entry` restores
@@ -116,6 +117,27 @@ def _doc_id(doc) -> Any:
     return doc.get("id") if isinstance(doc, dict) else None
 
 
+EVAL_RETRY_TIMEOUT = 60.0
+"""Seconds per attempt for an answer whose verification ran out of the training deadline: evaluation is off the
+training's critical path, so a right closed form that needs seconds of sympy on a loaded machine (the Basel sum,
+an integral) is verified again with this budget before it counts as a timeout."""
+
+
+def _with_eval_retry(score, completions: list, golds: list, what: str) -> list[float]:
+    """``score(completions, golds)`` on the pool; the answers that timed out are scored again with
+    :data:`EVAL_RETRY_TIMEOUT`, and those that time out again are logged as timeouts (never a silent 0)."""
+    timeouts: list[bool] = []
+    out = score(completions, golds, timeouts=timeouts)
+    late = [i for i, t in enumerate(timeouts) if t]
+    if late:
+        again: list[bool] = []
+        for i, v in zip(late, score([completions[i] for i in late], [golds[i] for i in late], timeouts=again,
+                                    timeout=EVAL_RETRY_TIMEOUT)):
+            out[i] = v
+        report_timeouts(again, what)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------ math
 
 def score_math(doc, completions) -> list[float]:
@@ -127,10 +149,8 @@ def score_math(doc, completions) -> list[float]:
     if gold is None or gold == "":  # load_records refuses such a record; say so if one comes another way
         logger.warning("doc %r has no gold answer: its %d completions score 0", _doc_id(doc), len(completions))
         return [0.0] * len(completions)
-    timeouts: list[bool] = []
-    out = rewards.get_default_pool().math_rewards(completions, [gold] * len(completions), timeouts=timeouts)
-    report_timeouts(timeouts, "math")
-    return out
+    return _with_eval_retry(rewards.get_default_pool().math_rewards, completions, [gold] * len(completions),
+                            "math")
 
 
 def process_math(doc, results) -> dict[str, float]:
@@ -230,10 +250,8 @@ def score_reasoning_gym(doc, completions) -> list[float]:
         entry = None
     if entry is None or not completions:
         return [0.0] * len(completions)
-    timeouts: list[bool] = []
-    out = rewards.get_default_pool().reasoning_gym_rewards(completions, [entry] * len(completions), timeouts=timeouts)
-    report_timeouts(timeouts, "reasoning_gym")
-    return out
+    return _with_eval_retry(rewards.get_default_pool().reasoning_gym_rewards, completions,
+                            [entry] * len(completions), "reasoning_gym")
 
 
 def process_reasoning_gym(doc, results) -> dict[str, float]:
