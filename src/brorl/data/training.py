@@ -178,7 +178,7 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
                       "task_configs": dict(s.reasoning_gym_task_configs) or None}
         info = benchmarks.prepare_benchmark(name, source, raw, spec=spec, revision=s.revisions.get(name),
                                             log_fn=say, **kwargs)
-        records = [training_record(name, spec.kind, r) for r in benchmarks.read_table(raw)]
+        records = [training_record(name, spec.kind, r) for r in benchmarks.read_records(raw)]
         kept = [r for r in records if problem_key(r) not in held]
         overlap, records = len(records) - len(kept), kept
         train, validation = split_records(records, name, s)
@@ -239,15 +239,19 @@ def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str
 
 # --------------------------------------------------------------------------------------------------- reward
 
-def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> list[float]:
+def paper_rewards(records: Sequence[Mapping], completions: Sequence[str], *,
+                  timeouts: list | None = None) -> list[float]:
     """The training reward of each (record, completion): math 0/1 (math-verify), code the fraction of tests
     passed (sandbox), Reasoning Gym the task's verifier score. Never raises for a bad completion; batched per
-    kind (one math-pool call, one sandbox batch, one Reasoning Gym call)."""
+    kind (one math-pool call, one sandbox batch, one Reasoning Gym call). ``timeouts``, if a list, is filled with
+    one flag per completion: True where a math or Reasoning Gym reward is 0.0 because verification ran out of
+    time (the code reward's own budget is part of its score)."""
     from brorl import rewards, sandbox
 
     if len(records) != len(completions):
         raise ValueError(f"{len(records)} records but {len(completions)} completions")
     out = [0.0] * len(records)
+    late = [False] * len(records)
     by_kind: dict[str, list[int]] = {}
     for i, r in enumerate(records):
         if not is_paper_record(r):
@@ -257,17 +261,26 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> lis
     for kind, idx in by_kind.items():
         texts = [completions[i] for i in idx]
         if kind == "math":
-            golds = [records[i].get("answer") or "" for i in idx]
-            scores = pool.math_rewards(texts, golds)
+            golds = [records[i].get("answer") for i in idx]
+            for i, gold in zip(idx, golds):
+                if not benchmarks.usable_gold(gold):  # the readers refuse such records: this is a caller's mistake
+                    raise ValueError(f"math record {records[i].get('id')!r} has no usable gold answer ({gold!r})")
+            flags: list[bool] = []
+            scores = pool.math_rewards(texts, golds, timeouts=flags)
         elif kind == "reasoning_gym":
-            scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx])
+            flags = []
+            scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx], timeouts=flags)
         else:
             tests = [records[i].get("tests") for i in idx]
             tests = [t if isinstance(t, str) else json.dumps(t) for t in tests]
             scores = sandbox.code_rewards(texts, tests)
-        for i, v in zip(idx, scores):
+            flags = [False] * len(idx)
+        for i, v, t in zip(idx, scores, flags):
             v = float(v)
             out[i] = min(1.0, max(0.0, v)) if v == v else 0.0
+            late[i] = bool(t)
+    if timeouts is not None:
+        timeouts[:] = late
     return out
 
 
@@ -279,8 +292,12 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
 
     def paper_reward(prompts, completions, completion_ids, record_index, **kwargs):
+        from brorl.rewards.adapters import report_timeouts
+
         texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        scores = paper_rewards([records[i] for i in record_index], texts)
+        timeouts: list[bool] = []
+        scores = paper_rewards([records[i] for i in record_index], texts, timeouts=timeouts)
+        report_timeouts(timeouts, "verify", kwargs.get("log_metric"))
         if truncated_reward is not None:
             scores = [truncated_reward if not ids or ids[-1] not in eos else v
                       for v, ids in zip(scores, map(list, completion_ids))]
