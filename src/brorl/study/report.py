@@ -46,7 +46,8 @@ def load_arm(folder: Path) -> list[dict]:
         s = json.loads((seed_dir / "summary.json").read_text())
         s["heldout"] = json.loads((seed_dir / "heldout.json").read_text())
         z = np.load(seed_dir / "heldout.npz")
-        s["p_end"], s["p_start"], s["task"] = z["p_end"], z["p_start"], z["task"]
+        s["p_end"], s["p_start"] = z["p_end"], z["p_start"]
+        s["task"] = z["task"] if "task" in z.files else np.full(s["p_end"].size, "")  # older files: no families
         start = [(0.0, s["validation_pass1_start"])] if "validation_pass1_start" in s else []
         s["probe_curve"] = start + _probe_curve(seed_dir / "metrics.csv")
         run = seed_dir / "mlflow_run_id"
