@@ -314,6 +314,9 @@ def _premise_tail_errors(profile: Profile, rl: dict, study: dict, names: list[st
     from brorl.training.settings import RLSettings
 
     errors = []
+    for name in set(names) & {"premise", "prorl_late", "data_fresh", "data_tail"}:
+        errors.append(f"study.ablations.{name}: the name is a folder of the study's other rules under results/study "
+                      "[rule: reserved setting names]")
     if study.get("premise"):
         missing = [k for k in ("sample_budget", "plateau_slope") if k not in study["premise"]]
         if missing:
