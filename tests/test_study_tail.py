@@ -250,3 +250,10 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     # on the full test set N=512 gains less (0.03 vs 0.05 on 160 of 200 prompts): the band is where it wins
     assert verdicts["tail_comparison"]["delta"] < 0
     assert "| tail_comparison | 512 | 5 |" in tail and "0.0200 -> 0.0700" in tail  # the training pool's own tail
+    verdict = md.split("## Verdict\n\n")[1].split("\n## ")[0]
+    premise_row = "| the premise, measured (continued N=16 plateaus by the slope stop) | premise run, 1 seed(s), budget 786,432"
+    assert premise_row in verdict
+    assert ("**holds**" if stopped == "plateau" else "**does not hold within the budget**") in verdict
+    assert "| BroRL's mechanism on the tail pool (decision rule: Δ on the band > 0.01, p < 0.05) |" in verdict \
+        and "40 test prompts in the band | +0.04" in verdict and "| **supports** |" in verdict
+    assert "## The premise: does" not in md  # tail-pool N=16 arms do not test the start's saturation

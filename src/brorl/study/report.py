@@ -179,7 +179,12 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
     _verdict_csv(verdicts, factorial, premise, out / "verdicts.csv")
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
     _budget_figure(study, verdicts, out / "budget.png")
-    _saturation_figure(premise, out / "saturation.png")
+    runs = measured["runs"] if measured else []
+    _saturation_figure(premise + ([{"arm": "premise run (slope stop)", "curves": [r["probe_curve"] for r in runs],
+                                    "samples": _mean(runs, lambda r: r["generated_samples"]),
+                                    "end": _mean(runs, lambda r: float(r["p_end"].mean())),
+                                    "start": float(runs[0]["p_start"].mean())}] if runs else []),
+                       out / "saturation.png")
     md = _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
                    measured=measured, tail=tail)
     Path(md_path).write_text(md)
@@ -297,8 +302,9 @@ def premise_tests(rl: dict, study: dict, plan: dict, arm_of) -> list[dict]:
     ref_n, out, seen = reference_n(study), [], set()
     for setting, by_n in plan.items():
         owner = by_n.get(ref_n)
-        if owner is None or owner in seen or arm_spec(rl, study, setting, ref_n)["start"] != "plateau":
-            continue
+        spec = arm_spec(rl, study, setting, ref_n)
+        if owner is None or owner in seen or spec["start"] != "plateau" or spec["pool"] == "tail":
+            continue  # the tail pool trains on other prompts: its N=16 gain says nothing of the start's saturation
         seen.add(owner)
         arm = arm_of(setting, ref_n)
         prompt = paired(np.mean([s["p_end"] for s in arm], axis=0), np.mean([s["p_start"] for s in arm], axis=0))
@@ -366,7 +372,7 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
         f"samples in total; {n_seeds} seeds configured; {_refill_note(study)}. "
         "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",
         _coverage(study, plan, verdicts) + _short_arms(study, plan, arm_of), "",
-        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n), ""]
+        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n, measured, tail), ""]
     lines += _premise_run_md(measured) if measured else []  # the measured premise first (issue 29) ...
     lines += _tail_md(tail) if tail else []  # ... then the tail-dominated pool, then the earlier settings
     lines += _premise_md(premise, ref_n)  # the premise first: every comparison below depends on it
@@ -579,10 +585,25 @@ def _premise_sentence(premise, ref_n) -> str:
             "samples per arm.")
 
 
-def _claims(verdicts, factorial, premise, study, ref_n) -> str:
+def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None) -> str:
     """The verdict: a short table (claim, what was compared, Δ, seed-level p, prompt-level p, reading) and two or
     three plain sentences. Seed-level tests decide; fewer than 3 seeds read "not testable"."""
     rows = []  # (claim, what was compared, test dict or None, reading)
+    if measured:
+        n = len(measured["runs"])
+        reading = ("holds" if measured["fired"] == n else "does not hold within the budget" if not measured["fired"]
+                   else f"not resolved (plateau in {measured['fired']} of {n} seeds)")
+        rows.append((f"the premise, measured (continued N={ref_n} plateaus by the slope stop)",
+                     f"premise run, {n} seed(s), budget {measured['budget']:,} samples", None, reading))
+    if tail and tail.get("outcome"):
+        d = tail["decision"]
+        r = tail["settings"][d["setting"]]
+        o = tail["outcome"]
+        reading = ("supports" if o == "supported" else "contradicts" if "N=16 is better" in o else
+                   "not testable" if o.startswith("not testable") else "not resolved")
+        rows.append((f"BroRL's mechanism on the tail pool (decision rule: Δ on the band > {d['margin']:g}, "
+                     f"p < {d['alpha']:g})", f"{d['setting']}: {r['short']}, {r['band_prompts']} test prompts in the band",
+                     r["band"], reading))
     if premise:
         r = premise[-1]
         reading = ("not testable" if not r.get("testable") else
@@ -623,7 +644,10 @@ def _claims(verdicts, factorial, premise, study, ref_n) -> str:
     said = lambda *starts: [c for c, _, _, r in rows if r.startswith(starts)]  # noqa: E731
     fmt = lambda xs: "; ".join(xs) if xs else "none"  # noqa: E731
     premise_note = ""
-    if premise and premise[-1]["significant_gain"]:
+    if measured and not measured["fired"]:
+        premise_note = (f" The measured premise run did not plateau within {measured['budget']:,} samples, so these "
+                        "comparisons test BroRL's recipe from a start that is still improving.")
+    elif premise and premise[-1]["significant_gain"]:
         premise_note = (f" The start has not saturated (continued N={ref_n} still gains), so these comparisons test "
                         "BroRL's recipe outside the regime its theory is about.")
     sentences = (f"What was compared: N={ref_n} against larger N at equal total generated samples, at each setting's "
@@ -889,7 +913,8 @@ def _premise_run_md(m: dict) -> list[str]:
                      f"{s.get('validation_pass1_end', math.nan):.4f} | {s['p_start'].mean():.4f} | {s['p_end'].mean():.4f} | "
                      f"{s['run_id'][:8]} |")
     g = m["gain"]
-    lines += ["", f"Held-out gain, end - start: {g['delta']:+.4f} ({describe(g)}).", ""]
+    lines += ["", f"Held-out gain, end - start: {g['delta']:+.4f} ({describe(g)}). Its validation curve: "
+              "`saturation.png`.", ""]
     return lines
 
 
