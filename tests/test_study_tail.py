@@ -204,7 +204,7 @@ def test_the_decision_rule(delta, p, outcome):
 def _premise_run(folder, seed, start, end, stopped, samples):
     _write_arm(folder, seed, start, end, 512, 4, 16)
     s = json.loads((folder / "summary.json").read_text())
-    (folder / "summary.json").write_text(json.dumps({**s, "stopped": stopped, "generated_samples": samples}))
+    (folder / "summary.json").write_text(json.dumps({**s, "stopped": [stopped], "generated_samples": samples}))  # per stage
 
 
 @pytest.mark.parametrize("stopped, first", [("plateau", "**Premise met at 20,480 samples**"),

@@ -885,31 +885,38 @@ def premise_run(study: dict, results: Path) -> dict | None:
     if not runs:
         raise FileNotFoundError(f"no finished premise run under {results / 'premise'} (study.premise is configured)")
     budget = p["sample_budget"]
-    fired = [s for s in runs if s.get("stopped") == "plateau"]
+    fired = [s for s in runs if _stopped(s) == "plateau"]
+    n = runs[0]["n_rollouts"][0]
     at = [float(s["generated_samples"]) for s in fired]
     gain = one_sample([float(s["p_end"].mean() - s["p_start"].mean()) for s in runs])
     rule = (f"slope stop: one-sided 95% upper bound of the OLS slope of validation pass@1 over the last "
             f"{p['plateau_window']} probes (every {p['probe_every']} steps) below {p['plateau_slope']:g} per probe")
     if len(fired) == len(runs):
-        first = (f"**Premise met at {np.mean(at):,.0f} samples** (continued N=16 from the start plateaued in every seed, "
+        first = (f"**Premise met at {np.mean(at):,.0f} samples** (continued N={n} from the start plateaued in every seed, "
                  f"{len(runs)} of {len(runs)}; {rule}).")
     elif not fired:
-        first = (f"**Premise: did not plateau within budget {budget:,} samples** (continued N=16 from the start, "
+        first = (f"**Premise: did not plateau within budget {budget:,} samples** (continued N={n} from the start, "
                  f"{len(runs)} seed(s); {rule}): the start is not saturated, so every comparison below is from an "
                  "improving start, not BroRL's.")
     else:
         first = (f"**Premise met in {len(fired)} of {len(runs)} seeds** (plateau at {', '.join(f'{x:,.0f}' for x in at)} "
                  f"samples; the others did not plateau within {budget:,}; {rule}).")
-    return {"first_line": first, "runs": runs, "fired": len(fired), "budget": budget, "gain": gain, "rule": rule}
+    return {"first_line": first, "runs": runs, "fired": len(fired), "budget": budget, "gain": gain, "rule": rule, "n": n}
+
+
+def _stopped(summary: dict) -> str | None:
+    """Why an arm's (last) stage stopped: plateau, sample_budget, time_budget or max_steps (a list per stage)."""
+    v = summary.get("stopped")
+    return v[-1] if isinstance(v, list) and v else v
 
 
 def _premise_run_md(m: dict) -> list[str]:
     lines = ["## The premise test (measured plateau)", "",
-             f"Continued N=16 from the start until the {m['rule']}, or {m['budget']:,} generated samples.", "",
+             f"Continued N={m['n']} from the start until the {m['rule']}, or {m['budget']:,} generated samples.", "",
              "| seed | stopped | step | samples | validation pass@1 end | held-out start | held-out end | run |",
              "|---|---|---|---|---|---|---|---|"]
     for s in m["runs"]:
-        lines.append(f"| {s['seed']} | {s.get('stopped')} | {s.get('steps')} | {s['generated_samples']:,.0f} | "
+        lines.append(f"| {s['seed']} | {_stopped(s)} | {s.get('steps')} | {s['generated_samples']:,.0f} | "
                      f"{s.get('validation_pass1_end', math.nan):.4f} | {s['p_start'].mean():.4f} | {s['p_end'].mean():.4f} | "
                      f"{s['run_id'][:8]} |")
     g = m["gain"]
@@ -959,8 +966,14 @@ def tail_section(study: dict, plan: dict, arm_of, verdicts: dict, results: Path)
         mask = band_mask(ref)
         train = lambda arm, k: _mean(arm, lambda s: (s["heldout"].get("train_pool") or {}).get(k))  # noqa: E731
         arms = {n: arm_of(setting, n) for n in (ref_n, v["best_n"])}
+        if mask.sum() >= 2:
+            band = compare(best, ref, mask)
+        else:  # nothing to compare on: say so (a toy test split can hold no prompt in the band)
+            why = f"{int(mask.sum())} test prompt(s) in the band"
+            band = {"delta": math.nan, "seed_deltas": [], "testable": False, "why": why, "seeds": 0,
+                    "prompt": {"p_two_sided": math.nan}, "verdict": "not testable", "p_two_sided": math.nan}
         out["settings"][setting] = {
-            "short": v["short"], "band_prompts": int(mask.sum()), "band": compare(best, ref, mask), "all": v,
+            "short": v["short"], "band_prompts": int(mask.sum()), "band": band, "all": v,
             "arms": {n: {"band_start": float(np.mean([s["p_start"][mask].mean() for s in a])) if mask.any() else math.nan,
                          "band_end": float(np.mean([s["p_end"][mask].mean() for s in a])) if mask.any() else math.nan,
                          "all_end": float(np.mean([s["p_end"].mean() for s in a])),
