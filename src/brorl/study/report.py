@@ -959,7 +959,7 @@ def tail_section(study: dict, plan: dict, arm_of, verdicts: dict, results: Path)
         return None
     pool = results / "data_tail" / "tail_pool.json"
     out = {"pool": json.loads(pool.read_text()) if pool.exists() else None, "settings": {},
-           "decision": study.get("decision")}
+           "decision": study.get("decision"), "ref_n": ref_n}
     for setting in names:
         v = verdicts[setting]
         best, ref = arm_of(setting, v["best_n"]), arm_of(v["ref_setting"], ref_n)
@@ -1000,7 +1000,7 @@ def _tail_md(t: dict) -> list[str]:
     d = t["decision"]
     if d:
         lines += [f"Decision rule (stated in the config before the run): BroRL's mechanism is supported at tiny scale "
-                  f"if the larger N of **{d['setting']}** beats N=16 on the band by > {d['margin']:g} at seed-level "
+                  f"if the larger N of **{d['setting']}** beats N={t['ref_n']} on the band by > {d['margin']:g} at seed-level "
                   f"p < {d['alpha']:g}. **Outcome: {t.get('outcome', 'setting not in this summary')}.**", ""]
     lines += [f"| setting | arms | band prompts | band: {TEST_HEAD} | band verdict | all test: Δ | all-test verdict |",
               "|---|---|---|---|---|---|---|---|---|---|"]
