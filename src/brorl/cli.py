@@ -153,6 +153,11 @@ COMMANDS = {  # in `brorl --help` order
         "an N-scaling study arm: stages from --config, then held-out metrics", "brorl.study.heldout:run_study_arm",
         _arm, *_arm_flags("<setting>-n<N> (a label)", "task data folder (train pool, validation, test)",
                           "folder for metrics.csv, summary.json, heldout.json"), run="own"),
+    "study-tail-pool": cmd(
+        "the study's hard-tail training pool: fresh prompts scored at the start, those in (1/512, 1/16) kept",
+        "brorl.study.tail:run_study_tail_pool", lambda a, f: f(_config(a), a.model, a.exclude, a.out),
+        *req("--model", help="the start checkpoint"), *req("--exclude", help="the fixed pool (its prompts are not candidates)"),
+        *req("--out", help="results/study/data_tail")),
     "study-summary": cmd(
         "results/study/summary.md over every setting, N and seed", "brorl.study.report:run_study_summary",
         lambda a, f: f(_config(a), a.results, a.md, a.csv, a.png_delta, a.png_base, profile=_profile(a).name),

@@ -142,4 +142,4 @@ def study_pool(wildcards):
 
 
 def study_pool_files(wildcards):
-    return TRAIN_DATA_FILES if study_pool(wildcards) == STUDY_POOLS["fixed"] else STUDY_POOL_FILES
+    return STUDY_POOL_INPUTS[study_arm_spec(wildcards)["pool"]]

@@ -47,6 +47,7 @@ def load_arm(folder: Path) -> list[dict]:
         s["heldout"] = json.loads((seed_dir / "heldout.json").read_text())
         z = np.load(seed_dir / "heldout.npz")
         s["p_end"], s["p_start"] = z["p_end"], z["p_start"]
+        s["task"] = z["task"] if "task" in z.files else np.full(s["p_end"].size, "")  # older files: no families
         start = [(0.0, s["validation_pass1_start"])] if "validation_pass1_start" in s else []
         s["probe_curve"] = start + _probe_curve(seed_dir / "metrics.csv")
         run = seed_dir / "mlflow_run_id"
@@ -171,14 +172,22 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
         w.writerows(rows)
     factorial = factorial_of(study, plan, arm_of)
     premise = premise_tests(rl, study, plan, arm_of)
+    measured = premise_run(study, results)
+    tail = tail_section(study, plan, arm_of, verdicts, results)
     out = Path(md_path).parent
     _seed_csv(plan, arm_of, out / "seeds.csv")
     _verdict_csv(verdicts, factorial, premise, out / "verdicts.csv")
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
     _budget_figure(study, verdicts, out / "budget.png")
-    _saturation_figure(premise, out / "saturation.png")
-    Path(md_path).write_text(_markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise,
-                                             profile))
+    runs = measured["runs"] if measured else []
+    _saturation_figure(premise + ([{"arm": "premise run (slope stop)", "curves": [r["probe_curve"] for r in runs],
+                                    "samples": _mean(runs, lambda r: r["generated_samples"]),
+                                    "end": _mean(runs, lambda r: float(r["p_end"].mean())),
+                                    "start": float(runs[0]["p_start"].mean())}] if runs else []),
+                       out / "saturation.png")
+    md = _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
+                   measured=measured, tail=tail)
+    Path(md_path).write_text(md)
     return verdicts
 
 
@@ -293,8 +302,9 @@ def premise_tests(rl: dict, study: dict, plan: dict, arm_of) -> list[dict]:
     ref_n, out, seen = reference_n(study), [], set()
     for setting, by_n in plan.items():
         owner = by_n.get(ref_n)
-        if owner is None or owner in seen or arm_spec(rl, study, setting, ref_n)["start"] != "plateau":
-            continue
+        spec = arm_spec(rl, study, setting, ref_n)
+        if owner is None or owner in seen or spec["start"] != "plateau" or spec["pool"] == "tail":
+            continue  # the tail pool trains on other prompts: its N=16 gain says nothing of the start's saturation
         seen.add(owner)
         arm = arm_of(setting, ref_n)
         prompt = paired(np.mean([s["p_end"] for s in arm], axis=0), np.mean([s["p_start"] for s in arm], axis=0))
@@ -343,7 +353,8 @@ def _test_cells(v) -> str:
     return f"{v['delta']:+.4f} | {_seeds(v['seed_deltas'])} | {describe(v)} | {_p(v['prompt']['p_two_sided'])}"
 
 
-def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile) -> str:
+def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
+              measured=None, tail=None) -> str:
     n_seeds = len(study["seeds"])
     ref_n = reference_n(study)
     first = next(iter(plan))
@@ -356,11 +367,14 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
            "pass@k: the unbiased estimator; `brorl.study.heldout`).")
     lines = [
         "# The N-scaling study" + (f" ({profile} profile)" if profile else ""), "",
+        *([measured["first_line"], ""] if measured else []),  # the premise test's result opens the summary
         f"From the ProRL checkpoint (held-out mean@k {start_all:.4f}), N={ref_n} against larger N at equal generated "
-        f"samples in total; {n_seeds} seeds configured; one generation round per step (dynamic sampling filters, no refill). "
+        f"samples in total; {n_seeds} seeds configured; {_refill_note(study)}. "
         "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",
         _coverage(study, plan, verdicts) + _short_arms(study, plan, arm_of), "",
-        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n), ""]
+        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n, measured, tail), ""]
+    lines += _premise_run_md(measured) if measured else []  # the measured premise first (issue 29) ...
+    lines += _tail_md(tail) if tail else []  # ... then the tail-dominated pool, then the earlier settings
     lines += _premise_md(premise, ref_n)  # the premise first: every comparison below depends on it
     unequal = {s: v for s, v in verdicts.items() if v["unequal"]}
     if unequal:
@@ -571,10 +585,25 @@ def _premise_sentence(premise, ref_n) -> str:
             "samples per arm.")
 
 
-def _claims(verdicts, factorial, premise, study, ref_n) -> str:
+def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None) -> str:
     """The verdict: a short table (claim, what was compared, Δ, seed-level p, prompt-level p, reading) and two or
     three plain sentences. Seed-level tests decide; fewer than 3 seeds read "not testable"."""
     rows = []  # (claim, what was compared, test dict or None, reading)
+    if measured:
+        n = len(measured["runs"])
+        reading = ("holds" if measured["fired"] == n else "does not hold within the budget" if not measured["fired"]
+                   else f"not resolved (plateau in {measured['fired']} of {n} seeds)")
+        rows.append((f"the premise, measured (continued N={ref_n} plateaus by the slope stop)",
+                     f"premise run, {n} seed(s), budget {measured['budget']:,} samples", None, reading))
+    if tail and tail.get("outcome"):
+        d = tail["decision"]
+        r = tail["settings"][d["setting"]]
+        o = tail["outcome"]
+        reading = ("supports" if o == "supported" else "contradicts" if "N=16 is better" in o else
+                   "not testable" if o.startswith("not testable") else "not resolved")
+        rows.append((f"BroRL's mechanism on the tail pool (decision rule: Δ on the band > {d['margin']:g}, "
+                     f"p < {d['alpha']:g})", f"{d['setting']}: {r['short']}, {r['band_prompts']} test prompts in the band",
+                     r["band"], reading))
     if premise:
         r = premise[-1]
         reading = ("not testable" if not r.get("testable") else
@@ -615,7 +644,10 @@ def _claims(verdicts, factorial, premise, study, ref_n) -> str:
     said = lambda *starts: [c for c, _, _, r in rows if r.startswith(starts)]  # noqa: E731
     fmt = lambda xs: "; ".join(xs) if xs else "none"  # noqa: E731
     premise_note = ""
-    if premise and premise[-1]["significant_gain"]:
+    if measured and not measured["fired"]:
+        premise_note = (f" The measured premise run did not plateau within {measured['budget']:,} samples, so these "
+                        "comparisons test BroRL's recipe from a start that is still improving.")
+    elif premise and premise[-1]["significant_gain"]:
         premise_note = (f" The start has not saturated (continued N={ref_n} still gains), so these comparisons test "
                         "BroRL's recipe outside the regime its theory is about.")
     sentences = (f"What was compared: N={ref_n} against larger N at equal total generated samples, at each setting's "
@@ -826,3 +858,162 @@ if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD 
         print(retest_summary(sys.argv[2]))
     else:
         splice_verdict(*sys.argv[1:3])
+
+
+def _refill_note(study: dict) -> str:
+    from brorl.study.plan import REFILL
+
+    r = {**REFILL, **(study.get("refill") or {})}
+    per = [k for k, ab in (study.get("ablations") or {}).items() if ab.get("refill")]
+    base = ("one generation round per step (dynamic sampling filters, no refill)" if r["max_rounds"] == 1 else
+            f"dynamic-sampling refill up to {r['max_rounds']} rounds per step (prompts per step count kept prompts)")
+    return base + (f"; own refill: {', '.join(per)}" if per else "")
+
+
+# --- issue 29: the measured premise (slope stop) and the tail-dominated pool ---------------------------------
+
+def premise_run(study: dict, results: Path) -> dict | None:
+    """The premise run (``study.premise``; rule study_premise): continued N=16 from the start with the slope stop.
+    Per seed: whether the stop fired and at how many generated samples; the held-out gain end - start. Its
+    ``first_line`` opens the summary: "premise met at X samples" or "did not plateau within budget B"."""
+    from brorl.study.plan import premise_settings
+
+    p = premise_settings(study)
+    if not p:
+        return None
+    runs = load_arm(results / "premise")
+    if not runs:
+        raise FileNotFoundError(f"no finished premise run under {results / 'premise'} (study.premise is configured)")
+    budget = p["sample_budget"]
+    fired = [s for s in runs if _stopped(s) == "plateau"]
+    n = runs[0]["n_rollouts"][0]
+    at = [float(s["generated_samples"]) for s in fired]
+    gain = one_sample([float(s["p_end"].mean() - s["p_start"].mean()) for s in runs])
+    rule = (f"slope stop: one-sided 95% upper bound of the OLS slope of validation pass@1 over the last "
+            f"{p['plateau_window']} probes (every {p['probe_every']} steps) below {p['plateau_slope']:g} per probe")
+    if len(fired) == len(runs):
+        first = (f"**Premise met at {np.mean(at):,.0f} samples** (continued N={n} from the start plateaued in every seed, "
+                 f"{len(runs)} of {len(runs)}; {rule}).")
+    elif not fired:
+        first = (f"**Premise: did not plateau within budget {budget:,} samples** (continued N={n} from the start, "
+                 f"{len(runs)} seed(s); {rule}): the start is not saturated, so every comparison below is from an "
+                 "improving start, not BroRL's.")
+    else:
+        first = (f"**Premise met in {len(fired)} of {len(runs)} seeds** (plateau at {', '.join(f'{x:,.0f}' for x in at)} "
+                 f"samples; the others did not plateau within {budget:,}; {rule}).")
+    return {"first_line": first, "runs": runs, "fired": len(fired), "budget": budget, "gain": gain, "rule": rule, "n": n}
+
+
+def _stopped(summary: dict) -> str | None:
+    """Why an arm's (last) stage stopped: plateau, sample_budget, time_budget or max_steps (a list per stage)."""
+    v = summary.get("stopped")
+    return v[-1] if isinstance(v, list) and v else v
+
+
+def _premise_run_md(m: dict) -> list[str]:
+    lines = ["## The premise test (measured plateau)", "",
+             f"Continued N={m['n']} from the start until the {m['rule']}, or {m['budget']:,} generated samples.", "",
+             "| seed | stopped | step | samples | validation pass@1 end | held-out start | held-out end | run |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in m["runs"]:
+        lines.append(f"| {s['seed']} | {_stopped(s)} | {s.get('steps')} | {s['generated_samples']:,.0f} | "
+                     f"{s.get('validation_pass1_end', math.nan):.4f} | {s['p_start'].mean():.4f} | {s['p_end'].mean():.4f} | "
+                     f"{s['run_id'][:8]} |")
+    g = m["gain"]
+    lines += ["", f"Held-out gain, end - start: {g['delta']:+.4f} ({describe(g)}). Its validation curve: "
+              "`saturation.png`.", ""]
+    return lines
+
+
+def band_mask(arm: list[dict]) -> np.ndarray:
+    """Test prompts in BroRL's band at the start: single-answer prompts with start p in (1/512, 1/16) (the
+    held-out ``tail`` of :func:`brorl.study.heldout.metrics`)."""
+    from brorl.study.tail import in_band
+    from brorl.tasks.core import FAMILIES, is_probe
+
+    s = arm[0]
+    single = np.array([not (t in FAMILIES and is_probe(t)) for t in s["task"]])
+    return in_band(s["p_start"]) & single
+
+
+def decide(rule: dict, band: dict) -> str:
+    """``study.decision`` on the band comparison: supported iff Δ > margin at seed-level two-sided p < alpha."""
+    if not band.get("testable"):
+        return f"not testable ({band.get('why')})"
+    if band["delta"] > rule["margin"] and band["p_two_sided"] < rule["alpha"]:
+        return "supported"
+    if band["delta"] < 0 and band["p_two_sided"] < rule["alpha"]:
+        return "not supported (N=16 is better on the band)"
+    return "not supported (not resolved at this margin and alpha)"
+
+
+def tail_section(study: dict, plan: dict, arm_of, verdicts: dict, results: Path) -> dict | None:
+    """Every setting on ``pool: tail``: the best larger N against N=16 on the test prompts in the band (seed-level,
+    decides) and on the full test set, the training pool's own tail, pass@16 / pass@256 and the DS pass rate per
+    arm; the pool's counts (``tail_pool.json``) and the decision rule (``study.decision``)."""
+    ref_n = reference_n(study)
+    from brorl.study.plan import _axes
+
+    names = [s for s in plan if s != BASE and _axes(study, s).get("pool") == "tail"]
+    if not names:
+        return None
+    pool = results / "data_tail" / "tail_pool.json"
+    out = {"pool": json.loads(pool.read_text()) if pool.exists() else None, "settings": {},
+           "decision": study.get("decision"), "ref_n": ref_n}
+    for setting in names:
+        v = verdicts[setting]
+        best, ref = arm_of(setting, v["best_n"]), arm_of(v["ref_setting"], ref_n)
+        mask = band_mask(ref)
+        train = lambda arm, k: _mean(arm, lambda s: (s["heldout"].get("train_pool") or {}).get(k))  # noqa: E731
+        arms = {n: arm_of(setting, n) for n in (ref_n, v["best_n"])}
+        if mask.sum() >= 2:
+            band = compare(best, ref, mask)
+        else:  # nothing to compare on: say so (a toy test split can hold no prompt in the band)
+            why = f"{int(mask.sum())} test prompt(s) in the band"
+            band = {"delta": math.nan, "seed_deltas": [], "testable": False, "why": why, "seeds": 0,
+                    "prompt": {"p_two_sided": math.nan}, "verdict": "not testable", "p_two_sided": math.nan}
+        out["settings"][setting] = {
+            "short": v["short"], "band_prompts": int(mask.sum()), "band": band, "all": v,
+            "arms": {n: {"band_start": float(np.mean([s["p_start"][mask].mean() for s in a])) if mask.any() else math.nan,
+                         "band_end": float(np.mean([s["p_end"][mask].mean() for s in a])) if mask.any() else math.nan,
+                         "all_end": float(np.mean([s["p_end"].mean() for s in a])),
+                         "train_start": train(a, "q_pos_start"), "train_end": train(a, "q_pos_end"),
+                         "train_zero": train(a, "zero_share_end"),
+                         "pass16": _mean(a, lambda s: s["heldout"]["all"].get("pass@16")),
+                         "pass256": _mean(a, lambda s: s["heldout"]["all"].get("pass@256")),
+                         "ds": _mean(a, lambda s: s["dynamic_sampling_pass_rate"]),
+                         "seeds": len(a), "runs": [s["run_id"] for s in a]} for n, a in arms.items()}}
+    d = out["decision"]
+    if d and d["setting"] in out["settings"]:
+        out["outcome"] = decide(d, out["settings"][d["setting"]]["band"])
+    return out
+
+
+def _tail_md(t: dict) -> list[str]:
+    lines = ["## The tail-dominated pool: BroRL's comparison where its theory says N should win", ""]
+    pool = t["pool"]
+    if pool:
+        lines += [f"Training pool: {pool['kept']:,} of {pool['candidates']:,} fresh candidate prompts "
+                  f"({pool['kept_share']:.1%}) lie in BroRL's band (1/512, 1/16) at the start (exact pass rate); only "
+                  f"those are trained on. Test split: {pool['test_prompts']:,} prompts, "
+                  f"{pool['test_in_band_single_answer']:,} of them in the band.", ""]
+    d = t["decision"]
+    if d:
+        lines += [f"Decision rule (stated in the config before the run): BroRL's mechanism is supported at tiny scale "
+                  f"if the larger N of **{d['setting']}** beats N={t['ref_n']} on the band by > {d['margin']:g} at seed-level "
+                  f"p < {d['alpha']:g}. **Outcome: {t.get('outcome', 'setting not in this summary')}.**", ""]
+    lines += [f"| setting | arms | band prompts | band: {TEST_HEAD} | band verdict | all test: Δ | all-test verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in t["settings"].items():
+        lines.append(f"| {name} | {r['short']} | {r['band_prompts']} | {_test_cells(r['band'])} | **{r['band']['verdict']}** "
+                     f"| {r['all']['delta']:+.4f} | {r['all']['verdict']} |")
+    lines += ["", "Per arm (means over seeds): band and full test mean@k at the end, the training pool's own mean p "
+              "(start -> end; its share still at p <= 1/512), held-out pass@16 / pass@256, dynamic-sampling pass rate.", "",
+              "| setting | N | seeds | band start | band end | all test end | train pool start -> end | train pool zero share "
+              "| pass@16 | pass@256 | DS pass rate | runs |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in t["settings"].items():
+        for n, a in r["arms"].items():
+            lines.append(f"| {name} | {n} | {a['seeds']} | {a['band_start']:.4f} | {a['band_end']:.4f} | {a['all_end']:.4f} "
+                         f"| {a['train_start']:.4f} -> {a['train_end']:.4f} | {a['train_zero']:.3f} | {a['pass16']:.4f} "
+                         f"| {a['pass256']:.4f} | {a['ds']:.2f} | {_runs(a['runs'])} |")
+    return lines + [""]
