@@ -18,8 +18,8 @@ How pip is run, and why:
   local wheel folders (this project's CPU machines cap torch and serve a CPU torch wheel from a local folder) would
   otherwise stand in for the CUDA torch that the GPU host gets from the package index.
 - ``--use-feature=fast-deps``: a wheel's metadata is read with HTTP range requests when the index does not serve
-  PEP 658 ``.metadata`` files (pip prefers those where the index offers them), and with pip >= 25.3 a dry run
-  downloads no wheel at all: CUDA wheels (GBs) are never fetched.
+  PEP 658 ``.metadata`` files (pip prefers those where the index offers them), and pip 26.3's dry run (the pinned
+  pip, Makefile) then downloads no wheel at all: CUDA wheels (GBs) are never fetched.
 - Run natively on Linux x86-64 with CPython 3.11, not with ``--platform``/``--python-version`` from another
   machine: those options require ``--only-binary=:all:``, and nine packages of the lock exist only as sdists
   (langdetect, antlr4-python3-runtime, cellpylib, connection_pool, pycosat, rouge_score, sqlitedict, word2number,
