@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: llama-cpp small slurm-dag setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels study-docs results-docs clean
+.PHONY: llama-cpp small slurm-dag setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
 
 setup: $(VENV)/.installed
 
@@ -104,6 +104,22 @@ gpu-wheels:                ## download the GPU host's missing wheels (benchmarks
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d $(GPU_WHEELS) -r benchmarks/gpu_wheels.txt
 	du -sh $(GPU_WHEELS)
+
+# The GPU host's lock (paper profile; Linux x86-64, CPython 3.11): requirements-gpu.lock, resolved by pip (a pinned
+# release, in its own small venv) with an isolated pip configuration, so this machine's CPU torch and pip.conf do not
+# stand in for the GPU host's PyPI torch; .ci/gpu_lock.py says how and why. Needs the package index (install time).
+GPU_LOCK_VENV ?= .venv-gpu-lock
+GPU_LOCK_PIP ?= pip==26.3
+$(GPU_LOCK_VENV)/.installed:
+	$(PYTHON) -m venv $(GPU_LOCK_VENV)
+	$(GPU_LOCK_VENV)/bin/python -m pip install -q $(GPU_LOCK_PIP)
+	touch $@
+
+gpu-lock: $(GPU_LOCK_VENV)/.installed  ## regenerate requirements-gpu.lock from requirements.txt + requirements-gpu.txt
+	$(GPU_LOCK_VENV)/bin/python .ci/gpu_lock.py lock
+
+gpu-lock-check: $(GPU_LOCK_VENV)/.installed  ## CI: the lock is fresh and pip's resolver accepts it (no wheel downloaded)
+	$(GPU_LOCK_VENV)/bin/python .ci/gpu_lock.py check
 
 clean:                     ## remove pipeline outputs and the local MLflow store (not the DVC remote)
 	rm -rf results resources/models/sft resources/models/*.dvc .snakemake logs mlflow.db mlartifacts report.html
