@@ -320,7 +320,7 @@ def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
         loss_type="dapo", scale_rewards="none",  # advantages are computed in BroRLTrainer (REINFORCE++)
         max_steps=s.max_steps * s.mini_batches, logging_steps=s.mini_batches, save_strategy="steps",
         save_steps=s.checkpoint_every * s.mini_batches, save_total_limit=None, report_to="none",
-        seed=s.seed, data_seed=s.seed, bf16=s.bf16, fp16=False, gradient_checkpointing=False,
+        seed=s.seed, data_seed=s.seed, bf16=s.bf16, fp16=False, gradient_checkpointing=s.gradient_checkpointing,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
         use_vllm=s.generation_engine == "vllm", vllm_mode="colocate",
         vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
