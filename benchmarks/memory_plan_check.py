@@ -49,27 +49,43 @@ def _status(key: str) -> int:
 
 
 def child(spec: dict) -> dict:
-    """One case, in this (fresh) process: returns the measured bytes."""
+    """One case, in this (fresh) process: the measured peak bytes. ``spec``: model (Qwen2Config keys), seq, micro,
+    checkpointing, threads, and optionally device (``cpu``: peak RSS above the post-import RSS; ``cuda``:
+    ``torch.cuda.max_memory_allocated``, the model cast to bf16 whole, as ``benchmarks/gpu_check.py`` runs it)."""
     import torch
     import transformers
     from trl.trainer.utils import add_fused_lm_head
 
-    torch.set_num_threads(spec["threads"])
+    cuda = spec.get("device", "cpu") == "cuda"
+    if not cuda:
+        torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
+    device = "cuda" if cuda else "cpu"
     micro, seq, prompt = spec["micro"], spec["seq"], spec["seq"] // 8
-    ids = torch.randint(3, spec["model"]["vocab_size"], (micro, seq))
+    ids = torch.randint(3, spec["model"]["vocab_size"], (micro, seq), device=device)
     attn = torch.ones_like(ids)
     attn[0, :prompt // 2] = 0  # a left-padded prompt: transformers builds its 4-D mask, as for a GRPO batch
     labels = ids.masked_fill(attn == 0, -100)
     labels[:, :prompt] = -100  # only the completion is scored (TRL: labels[:, :-logits_to_keep] = -100)
-    base = _status("VmRSS")
-    config = transformers.Qwen2Config(**spec["model"], tie_word_embeddings=False, use_cache=False,
-                                      max_position_embeddings=4096, attn_implementation="sdpa")
-    model = transformers.Qwen2ForCausalLM(config).float().train()
+    if not cuda:
+        try:  # several cases in one process (gpu_check --cpu): reset the peak RSS to the current RSS
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass
+    base = 0 if cuda else _status("VmRSS")
+    keys = {k: v for k, v in spec["model"].items() if k not in ("model_type", "architectures", "torch_dtype")}
+    config = transformers.Qwen2Config(**{**keys, "tie_word_embeddings": False, "use_cache": False,
+                                         "max_position_embeddings": max(4096, seq)}, attn_implementation="sdpa")
+    with torch.device(device):
+        model = transformers.Qwen2ForCausalLM(config)
+    model = model.to(torch.bfloat16 if cuda else torch.float32).train()
     if spec["checkpointing"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for step in range(2):
         out = model(input_ids=ids, attention_mask=attn, labels=labels, fused_lm_head=True)
@@ -78,17 +94,46 @@ def child(spec: dict) -> dict:
         del out, loss
         if step == 0:
             opt.step()  # the moments now exist; the gradients stay (accumulation) for the second backward
-    return {"peak_bytes": _status("VmHWM") - base, "base_rss_bytes": base,
-            "seconds": round(time.perf_counter() - t0, 1), "torch": torch.__version__,
-            "transformers": transformers.__version__}
+    if cuda:
+        torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() if cuda else _status("VmHWM") - base
+    return {"peak_bytes": peak, "base_rss_bytes": base, "seconds": round(time.perf_counter() - t0, 1),
+            "torch": torch.__version__, "transformers": transformers.__version__}
 
 
-def predict(model: dict, seq: int, micro: int, checkpointing: bool) -> dict:
+def predict(model: dict, seq: int, micro: int, checkpointing: bool, device: str = "cpu") -> dict:
+    """The plan's terms for a case: fp32 on the CPU; on CUDA a bf16 model (weights, gradients and AdamW moments in
+    bf16) with TRL's Triton fold of the LM head."""
     from brorl.training.memory import Architecture, TrainSetting, training_terms
 
     arch = Architecture.from_mapping({**model, "model_type": "qwen2"})
-    t = training_terms(arch, TrainSetting(micro_batch=micro, seq_len=seq, checkpointing=checkpointing))
-    return {"params": arch.params, **t}
+    cuda = device == "cuda"
+    setting = TrainSetting(micro_batch=micro, seq_len=seq, checkpointing=checkpointing, bf16=cuda,
+                           master_bytes=2 if cuda else 4, triton=cuda and triton_available())
+    return {"params": arch.params, **training_terms(arch, setting)}
+
+
+def triton_available() -> bool:
+    """Whether TRL folds the LM head's tiles with Triton here (CUDA with triton importable)."""
+    try:
+        from trl.kernels.chunked_logprob import _TRITON_AVAILABLE
+    except ImportError:
+        return False
+    return bool(_TRITON_AVAILABLE)
+
+
+def row(name: str, model: dict, seq: int, micro: int, ck: bool, measured: dict, device: str = "cpu",
+        threads: int | None = None) -> dict:
+    """One table row: the plan's prediction beside the measured peak."""
+    p = predict(model, seq, micro, ck, device)
+    mib = 2 ** 20
+    return {"model": name, "params_m": round(p["params"] / 1e6, 1), "micro_batch": micro, "seq_len": seq,
+            "checkpointing": ck, "static_mib": round((p["weights"] + p["gradients"] + p["optimizer"]) / mib, 1),
+            "activations_mib": round(p["activations"] / mib, 1),
+            "transient_mib": round(p["backward_transient"] / mib, 1),
+            "predicted_mib": round(p["peak"] / mib, 1), "measured_mib": round(measured["peak_bytes"] / mib, 1),
+            "error_pct": round(100 * (p["peak"] - measured["peak_bytes"]) / measured["peak_bytes"], 1),
+            "seconds": measured["seconds"], **({} if threads is None else {"threads": threads})}
 
 
 def run_case(name: str, seq: int, ck: bool, threads: int) -> dict:
@@ -100,15 +145,7 @@ def run_case(name: str, seq: int, ck: bool, threads: int) -> dict:
     if proc.returncode:
         raise RuntimeError(f"case {name} seq {seq} checkpointing {ck} failed:\n{proc.stderr[-3000:]}")
     measured = json.loads(proc.stdout.strip().splitlines()[-1])
-    p = predict(MODELS[name], seq, MICRO, ck)
-    mib = 2 ** 20
-    return {"model": name, "params_m": round(p["params"] / 1e6, 1), "micro_batch": MICRO, "seq_len": seq,
-            "checkpointing": ck, "static_mib": round((p["weights"] + p["gradients"] + p["optimizer"]) / mib, 1),
-            "activations_mib": round(p["activations"] / mib, 1),
-            "transient_mib": round(p["backward_transient"] / mib, 1),
-            "predicted_mib": round(p["peak"] / mib, 1), "measured_mib": round(measured["peak_bytes"] / mib, 1),
-            "error_pct": round(100 * (p["peak"] - measured["peak_bytes"]) / measured["peak_bytes"], 1),
-            "seconds": measured["seconds"], "threads": threads}
+    return row(name, MODELS[name], seq, MICRO, ck, measured, threads=threads)
 
 
 def main(argv=None) -> int:
