@@ -111,6 +111,13 @@ def test_a_vllm_share_without_room_for_one_sequence_is_refused(paper):
     assert "rl.recipe.vllm_max_model_length" in errors[0]
 
 
+def test_a_sequence_longer_than_vllms_context_is_refused(paper):
+    c = copy.deepcopy(paper)
+    c["rl"]["memory_plan"]["prompt_tokens"] = 4096
+    errors = memory_plan_errors(c)
+    assert errors and "20480 tokens is more than rl.recipe.vllm_max_model_length = 18432" in errors[0]
+
+
 def test_a_profile_without_gpus_has_no_plan():
     assert memory_plan_errors(load_config(PROJECT_ROOT / "config" / "config.yaml")) == []
 

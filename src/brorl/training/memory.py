@@ -317,6 +317,10 @@ def plan_arm(name: str, s, arch: Architecture, mp: MemoryPlanSettings) -> ArmPla
                 f"vLLM's KV cache ({g(max(kv, 0)):.1f} GiB) cannot hold one sequence of {model_len} tokens "
                 f"({g(per_seq):.2f} GiB): raise rl.recipe.vllm_gpu_memory_utilization or lower "
                 "rl.recipe.vllm_max_model_length")
+    if vllm and s.vllm_max_model_length and s.vllm_max_model_length < seq:
+        p.problems.append(
+            f"rl.memory_plan.prompt_tokens + rl.recipe.max_completion_length = {seq} tokens is more than "
+            f"rl.recipe.vllm_max_model_length = {s.vllm_max_model_length}: vLLM would cut the completions")
     p.rows.append(("reserve", mp.reserve_gib, "rl.memory_plan.reserve_gib"))
     p.total = g(trainer + vllm + reserve)
     p.rows.append(("total per GPU", p.total, f"of {mp.gpu_memory_gib} GiB (rl.memory_plan.gpu_memory_gib)"))
