@@ -56,6 +56,7 @@ def test_training_terms_by_hand_with_and_without_checkpointing():
     layer = 16 * 4 * (3 * 8 + 2 * 4)  # one layer's gradients in flight
     assert t["backward_transient"] == max(head, layer) == head
     assert t["peak"] == 16 * P + t["activations"] + t["backward_transient"]
+    assert t["optimizer_step_transient"] == 16 * 4 * 4  # the CPU's AdamW: one temporary of the largest parameter (V x h)
 
     ck = training_terms(TOY, TrainSetting(micro_batch=2, seq_len=8, checkpointing=True))
     assert ck["activations"] == 2 * 16 * 4 * 4 + final + mask  # a layer keeps only its input
@@ -70,6 +71,9 @@ def test_sharding_divides_the_static_terms_and_adds_fsdp_buffers():
     assert eight["weights"] == -(-4 * TOY.params // 8) and eight["optimizer"] == -(-8 * TOY.params // 8)
     assert eight["reference_model"] == eight["weights"]
     assert eight["fsdp_buffers"] == 2 * TOY.layer_params * 2 * 2 + 16 * 4 * 2 and one["fsdp_buffers"] == 0
+    assert eight["optimizer_step_transient"] == 16 * 4 * 4  # the largest parameter (foreach off)
+    foreach = training_terms(TOY, TrainSetting(micro_batch=1, seq_len=4, checkpointing=True, shards=8, foreach=True))
+    assert foreach["optimizer_step_transient"] == -(-4 * TOY.params // 8)  # foreach (CUDA): all local parameters
     assert one["activations"] == eight["activations"]
 
 

@@ -85,6 +85,12 @@ class Architecture:
         return attn + 3 * h * self.intermediate_size + 2 * h
 
     @property
+    def largest_param(self) -> int:
+        """Elements of the largest parameter tensor (the embedding, the LM head or an MLP matrix)."""
+        return max(self.vocab_size * self.hidden_size, self.hidden_size * self.intermediate_size,
+                   self.hidden_size * self.num_attention_heads * self.hd)
+
+    @property
     def params(self) -> int:
         head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
         return self.vocab_size * self.hidden_size + self.num_hidden_layers * self.layer_params + self.hidden_size + head
@@ -160,6 +166,10 @@ class TrainSetting:
     """GPUs FSDP2 shards over (1: no sharding)."""
     bf16: bool = False
     """bf16 compute (activations at 2 bytes); False: fp32 throughout."""
+    foreach: bool = False
+    """AdamW's step runs torch's ``foreach`` implementation, torch's default on CUDA: one temporary the size of all
+    (local) parameters; False (torch's default on the CPU): parameter by parameter, one temporary the size of the
+    largest parameter."""
     master_bytes: int = 4
     """Bytes per parameter of the weights the optimizer updates, of their gradients and of each AdamW moment (4:
     fp32, FSDP2's mixed precision keeps fp32 masters; 2: a model cast to bf16 whole, as the GPU check's)."""
@@ -199,7 +209,7 @@ def training_terms(arch: Architecture, s: TrainSetting) -> dict[str, int]:
     head_backward = T * h * 4 + V * h * 4 + head + math.ceil(fold)
     layer_backward = (T * per_layer if s.checkpointing else 0) + T * layer_grad_transient_bytes(arch, a)
     t["backward_transient"] = max(head_backward, layer_backward)
-    t["optimizer_step_transient"] = math.ceil(P * m / G)  # AdamW's foreach step: one parameter-sized temporary
+    t["optimizer_step_transient"] = math.ceil(P * m / G) if s.foreach else arch.largest_param * m
     static = sum(t[k] for k in ("weights", "gradients", "optimizer", "reference_model", "fsdp_buffers"))
     t["peak"] = static + max(t["activations"] + t["backward_transient"], t["optimizer_step_transient"])
     return t
@@ -274,7 +284,7 @@ def plan_arm(name: str, s, arch: Architecture, mp: MemoryPlanSettings) -> ArmPla
     seq = mp.prompt_tokens + s.max_completion_length
     setting = TrainSetting(micro_batch=process_micro_batch(s, mp.gpus_per_arm), seq_len=seq,
                            checkpointing=s.gradient_checkpointing, shards=mp.gpus_per_arm, bf16=s.bf16,
-                           reference_model=s.beta > 0, triton=True)  # CUDA: TRL folds the head's tiles in Triton
+                           reference_model=s.beta > 0, triton=True, foreach=True)  # CUDA: Triton fold, foreach AdamW
     t = training_terms(arch, setting)
     limit = mp.gpu_memory_gib * GIB
     vllm = s.vllm_gpu_memory_utilization * limit if s.generation_engine == "vllm" else 0.0
