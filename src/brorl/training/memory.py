@@ -6,11 +6,13 @@ Per GPU (one training process with its colocated vLLM engine, TRL ``vllm_mode="c
     = static (weights, gradients, AdamW, reference model, FSDP2 buffers)
     + max(activation phase, optimizer step)
 
-- **Static.** FSDP2 full shard over the arm's ``G`` GPUs (``rl.memory_plan.gpus_per_arm``): fp32 master weights,
-  fp32 gradients, AdamW's two fp32 moments, each ``/ G``; the reference model (``beta > 0``) ``/ G``; with bf16
-  mixed precision the unsharded bf16 parameters and gradients of two decoder layers (the current one and the
-  prefetched one) and the LM head that TRL's fused head gathers whole (``DTensor.full_tensor``). On one process
-  (``G = 1``, the CPU check) nothing is sharded and there are no extra buffers.
+- **Static.** FSDP2 full shard over the arm's ``G`` GPUs (``rl.memory_plan.gpus_per_arm``): fp32 master weights
+  (accelerate upcasts trainable parameters under bf16 mixed precision), fp32 gradients, AdamW's two fp32 moments,
+  each ``/ G``; the frozen reference model (``beta > 0``) in bf16 ``/ G``; the unsharded bf16 parameters and
+  gradients of two decoder layers (the current one and the prefetched one) and the LM head that TRL's fused head
+  gathers whole (``DTensor.full_tensor``). On one process (``G = 1``, the CPU check) nothing is sharded and there
+  are no extra buffers. AdamW's step adds one temporary: all local parameters with ``foreach`` (CUDA), the
+  largest parameter without (the CPU).
 - **Activations** of one micro-batch of ``T = micro x sequence`` tokens (:func:`layer_activation_bytes`, counted
   from what autograd keeps in transformers' Llama / Qwen2 decoder layer: see its docstring). Without
   checkpointing every layer keeps them; with it (``rl.recipe.gradient_checkpointing``) a layer keeps only its
@@ -195,7 +197,8 @@ def training_terms(arch: Architecture, s: TrainSetting) -> dict[str, int]:
     h, V = arch.hidden_size, arch.vocab_size
     m = s.master_bytes
     t = {"weights": math.ceil(P * m / G), "gradients": math.ceil(P * m / G), "optimizer": math.ceil(2 * P * m / G),
-         "reference_model": math.ceil(P * m / G) if s.reference_model else 0}
+         # the frozen reference model stays in its load dtype (accelerate's FSDP2 upcasts trainable parameters only)
+         "reference_model": math.ceil(P * a / G) if s.reference_model else 0}
     # FSDP2 (G > 1) gathers two layers' parameters and their gradients in the compute dtype, and the fused head
     # gathers the whole LM head
     t["fsdp_buffers"] = (FSDP_LAYERS_UNSHARDED * arch.layer_params * 2 * a + V * h * a) if G > 1 else 0
@@ -296,7 +299,7 @@ def plan_arm(name: str, s, arch: Architecture, mp: MemoryPlanSettings) -> ArmPla
          f"{arch.params / 1e9:.3f}B params ({arch.source}) x 4 B / G = {mp.gpus_per_arm}"),
         ("gradients (fp32, sharded)", g(t["gradients"]), "params x 4 B / G"),
         ("AdamW moments (fp32, sharded)", g(t["optimizer"]), "params x 8 B / G"),
-        ("reference model (sharded)", g(t["reference_model"]), f"beta = {s.beta}"),
+        ("reference model (bf16, sharded)", g(t["reference_model"]), f"beta = {s.beta}: params x 2 B / G"),
         ("FSDP2 unsharded layers + LM head", g(t["fsdp_buffers"]), f"{FSDP_LAYERS_UNSHARDED} layers + head, bf16"),
         ("activations", g(t["activations"]),
          f"micro {setting.micro_batch} x {seq} tokens, checkpointing {ck}, + 4-D mask"),
