@@ -155,7 +155,8 @@ def train_plan(config_json: Path, s, seq: int, gpu: bool) -> int:
 
     arch = Architecture.from_file(config_json)
     setting = TrainSetting(micro_batch=s.micro_batch, seq_len=seq, checkpointing=s.gradient_checkpointing,
-                           bf16=gpu, reference_model=s.beta > 0, triton=gpu and triton_available(), foreach=gpu)
+                           bf16=gpu, reference_model=s.beta > 0, triton=gpu and triton_available(), foreach=gpu,
+                           float_mask=gpu)
     return training_terms(arch, setting)["peak"]
 
 

@@ -113,7 +113,8 @@ def predict(model: dict, seq: int, micro: int, checkpointing: bool, device: str 
     arch = Architecture.from_mapping({**model, "model_type": "qwen2"})
     cuda = device == "cuda"
     setting = TrainSetting(micro_batch=micro, seq_len=seq, checkpointing=checkpointing, bf16=cuda,
-                           master_bytes=2 if cuda else 4, triton=cuda and triton_available(), foreach=cuda)
+                           master_bytes=2 if cuda else 4, triton=cuda and triton_available(), foreach=cuda,
+                           float_mask=cuda)
     return {"params": arch.params, **training_terms(arch, setting)}
 
 

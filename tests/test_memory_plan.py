@@ -62,6 +62,11 @@ def test_training_terms_by_hand_with_and_without_checkpointing():
     assert ck["activations"] == 2 * 16 * 4 * 4 + final + mask  # a layer keeps only its input
     assert ck["backward_transient"] == max(head, 16 * 320 + layer)  # the recomputed layer + its gradients
     assert ck["peak"] < t["peak"]
+    # a per-layer additive copy of the mask (micro x seq^2 x a): every layer keeps one, or the recomputed layer
+    fm = training_terms(TOY, TrainSetting(micro_batch=2, seq_len=8, checkpointing=False, float_mask=True))
+    assert fm["activations"] == t["activations"] + 2 * 2 * 8 * 8 * 4
+    fm = training_terms(TOY, TrainSetting(micro_batch=2, seq_len=8, checkpointing=True, float_mask=True))
+    assert fm["backward_transient"] == max(head, 16 * 320 + 2 * 8 * 8 * 4 + layer)
 
 
 def test_sharding_divides_the_static_terms_and_adds_fsdp_buffers():
@@ -156,7 +161,7 @@ def test_gradient_checkpointing_reaches_the_grpo_config(tmp_path):
 def test_cli_prints_the_tables_and_fails_for_an_arm_that_cannot_fit(tmp_path, capsys):
     assert run_memory_plan([str(PAPER)]) == 0
     out = capsys.readouterr().out
-    assert out.count("fits") == 2 and "| total per GPU | 59.15 |" in out
+    assert out.count("fits") == 2 and "| total per GPU | 61.69 |" in out
     overlay = tmp_path / "big.yaml"
     overlay.write_text("rl:\n  recipe:\n    micro_batch_size: 16\n")
     assert run_memory_plan([str(PAPER), str(overlay)]) == 1

@@ -178,6 +178,11 @@ class TrainSetting:
     reference_model: bool = False
     padded: bool = True
     """The batch has padding, so transformers builds a 4-D boolean mask (GRPO batches always do)."""
+    float_mask: bool = False
+    """Each layer's sdpa call converts the boolean mask into an additive one in the compute dtype and autograd keeps
+    it (torch's ``convert_boolean_attn_mask``; whether CUDA's memory-efficient kernel does so depends on the torch
+    version): ``micro x seq^2 x a`` bytes per layer without checkpointing, one copy with it. Not seen on the CPU
+    (the measured peaks leave no room for it); assumed on the GPU, to be checked by the GPU check."""
     triton: bool = False
     """TRL's fused LM head folds each logits tile with a Triton kernel in place (CUDA); False: with torch ops
     (the CPU), which hold :data:`HEAD_FOLD_TEMPORARIES` fp32 tile-sized temporaries in the backward pass."""
@@ -203,14 +208,15 @@ def training_terms(arch: Architecture, s: TrainSetting) -> dict[str, int]:
     # gathers the whole LM head
     t["fsdp_buffers"] = (FSDP_LAYERS_UNSHARDED * arch.layer_params * 2 * a + V * h * a) if G > 1 else 0
     per_layer = layer_activation_bytes(arch, a)
-    kept = L * T * a * h if s.checkpointing else L * T * per_layer
+    float_mask = s.micro_batch * s.seq_len ** 2 * a if (s.padded and s.float_mask) else 0
+    kept = L * T * a * h if s.checkpointing else L * (T * per_layer + float_mask)
     final = T * (4 * h + 3 * a * h)  # final norm (fp32 input, normalised x, output) + the head's gathered hidden states
     mask = s.micro_batch * s.seq_len ** 2 if s.padded else 0
     t["activations"] = kept + final + mask
     head = min(T, HEAD_TOKEN_TILE) * min(V, HEAD_VOCAB_TILE) * a
     fold = 0 if s.triton else HEAD_FOLD_TEMPORARIES * min(T, HEAD_TOKEN_TILE) * min(V, HEAD_VOCAB_TILE) * 4
     head_backward = T * h * 4 + V * h * 4 + head + math.ceil(fold)
-    layer_backward = (T * per_layer if s.checkpointing else 0) + T * layer_grad_transient_bytes(arch, a)
+    layer_backward = (T * per_layer + float_mask if s.checkpointing else 0) + T * layer_grad_transient_bytes(arch, a)
     t["backward_transient"] = max(head_backward, layer_backward)
     t["optimizer_step_transient"] = math.ceil(P * m / G) if s.foreach else arch.largest_param * m
     static = sum(t[k] for k in ("weights", "gradients", "optimizer", "reference_model", "fsdp_buffers"))
@@ -287,7 +293,8 @@ def plan_arm(name: str, s, arch: Architecture, mp: MemoryPlanSettings) -> ArmPla
     seq = mp.prompt_tokens + s.max_completion_length
     setting = TrainSetting(micro_batch=process_micro_batch(s, mp.gpus_per_arm), seq_len=seq,
                            checkpointing=s.gradient_checkpointing, shards=mp.gpus_per_arm, bf16=s.bf16,
-                           reference_model=s.beta > 0, triton=True, foreach=True)  # CUDA: Triton fold, foreach AdamW
+                           reference_model=s.beta > 0, triton=True, foreach=True,  # CUDA: Triton fold, foreach AdamW
+                           float_mask=True)  # a per-layer additive mask: assumed until the GPU check measures it
     t = training_terms(arch, setting)
     limit = mp.gpu_memory_gib * GIB
     vllm = s.vllm_gpu_memory_utilization * limit if s.generation_engine == "vllm" else 0.0
