@@ -182,3 +182,49 @@ def test_the_plan_is_within_ten_percent_of_a_measured_cpu_peak(tmp_path):
     spec.loader.exec_module(check)
     row = check.run_case("qwen2-7m", 256, False, threads=1)
     assert row["measured_mib"] > 100 and abs(row["error_pct"]) < 10, json.dumps(row)
+
+
+def test_gradient_checkpointing_gives_the_same_update_on_a_real_step(tmp_path):
+    """One BroRLTrainer step on a tiny SFT model with checkpointing on and off: the same rollouts (same seed) and
+    the same gradients (checkpointing recomputes, it does not change the update); the model checkpoints when on."""
+    import torch
+    from datasets import Dataset
+    from test_training import SFT, TASKS
+    from transformers import AutoTokenizer, TrainerCallback
+
+    from brorl.models import train_sft
+    from brorl.tasks import write_splits
+    from brorl.tasks.core import format_prompt, read_split
+    from brorl.training.stage import grpo_config, make_reward
+    from brorl.training.trainer import BroRLTrainer
+
+    torch.set_num_threads(1)
+    write_splits(tmp_path / "data", TASKS)
+    train_sft(tmp_path / "data", tmp_path / "sft", SFT, TASKS, progress=False)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "sft"), local_files_only=True)
+    records = read_split(tmp_path / "data", "train")
+    dataset = Dataset.from_dict({"prompt": [format_prompt(tok, r) for r in records],
+                                 "record_index": list(range(len(records)))})
+
+    def one_step(on: bool):
+        s = RLSettings(n_rollouts=8, prompts_per_step=4, steps=1, max_rounds=1, micro_batch_size=8, eta0=1e-3,
+                       b0=32, probe_every=0, threads=1, gradient_checkpointing=on)
+        trainer = BroRLTrainer(model=str(tmp_path / "sft"), reward_funcs=make_reward(records, tok),
+                               args=grpo_config(s, tmp_path / f"ck{on}", 6), train_dataset=dataset,
+                               processing_class=tok, settings=s)
+        grads = {}
+
+        class Grab(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+                grads.update({k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None})
+
+        trainer.add_callback(Grab())
+        trainer.train()
+        return grads, trainer.model.is_gradient_checkpointing
+
+    on, checkpointed = one_step(True)
+    off, plain = one_step(False)
+    assert checkpointed and not plain
+    assert on.keys() == off.keys() and on
+    for k in on:
+        assert torch.allclose(on[k], off[k], atol=1e-6), k
