@@ -160,7 +160,8 @@ def train_plan(config_json: Path, s, seq: int, gpu: bool) -> int:
     return training_terms(arch, setting)["peak"]
 
 
-def generation_plan(config: dict, engine: str, n: int, prompts: int, prompt_len: int, new: int, dtype_bytes: int) -> int:
+def generation_plan(config: dict, engine: str, n: int, prompts: int, prompt_len: int, new: int,
+                    dtype_bytes: int) -> int:
     """The plan's weights + KV cache of a throughput cell (``Architecture.kv_bytes_per_token``, vLLM's formula,
     at this dtype): HF generate keeps the prompt per row, the shared-prompt and prefix-tree engines once per
     prompt (a random model's samples share nothing after it)."""
@@ -292,7 +293,8 @@ def piece_throughput(work: Path, opts: dict) -> dict:
                 raise RuntimeError(f"{engine} at N={n} returned blocks of shape {shapes}, expected {(n, new)}")
             peak = torch.cuda.max_memory_allocated() / 2**20 if gpu else None
             plan = generation_plan(config, engine, n, total // n, opts["prompt_len"], new, 2 if gpu else 4) / 2**20
-            write({**cell, "status": "ok", "plan_mb": plan, "new_tokens": new, "seconds": seconds, "samples_per_s": total / seconds,
+            write({**cell, "status": "ok", "plan_mb": plan, "new_tokens": new, "seconds": seconds,
+                   "samples_per_s": total / seconds,
                    "tokens_per_s": total * new / seconds, "mean_length": float(new), "repeats": 1,
                    "threads": torch.get_num_threads(), "peak_mb": peak,
                    "peak_over_weights_mb": None if peak is None else peak - weights_mb})
@@ -323,7 +325,10 @@ def travelling_files(root: Path, carry=(), skip=()) -> dict[str, int]:
         paths = [p for p in root.rglob("*") if not p.is_dir() or p.is_symlink()]
     for c in carry:
         c = root / c
-        paths += [p for p in c.rglob("*") if not p.is_dir() or p.is_symlink()] if c.is_dir() else [c] if c.exists() else []
+        if c.is_dir():
+            paths += [p for p in c.rglob("*") if not p.is_dir() or p.is_symlink()]
+        elif c.exists():
+            paths.append(c)
     sizes = {}
     for p in paths:
         if any(p.resolve().is_relative_to(s) for s in skip) or not (p.exists() or p.is_symlink()):
@@ -413,7 +418,8 @@ def summary_md(report: dict) -> str:
         if r["status"] == "ok":
             mb = ("-", "-") if r["peak_mb"] is None else (f"{r['peak_mb']:,.0f}", f"{r['peak_over_weights_mb']:,.0f}")
             lines.append(f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | {r['samples_per_s']:,.1f} | "
-                         f"{r['tokens_per_s']:,.0f} | {r['seconds']:.1f} | {mb[0]} | {r['plan_mb']:,.0f} | {mb[1]} | ok |")
+                         f"{r['tokens_per_s']:,.0f} | {r['seconds']:.1f} | {mb[0]} | {r['plan_mb']:,.0f} | {mb[1]} "
+                         "| ok |")
         else:
             lines.append(f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | | | | | | | {r['status']}: "
                          f"{r.get('reason', '')} |")
@@ -437,9 +443,11 @@ def summary_md(report: dict) -> str:
     lines += ["", f"Memory plan beside measured peaks (forward + backward + AdamW step + forward + backward; "
               f"{mem.get('measure', '?')}; piece {mem.get('status', '?')}"
               + (f": {mem['error']}" if mem.get("error") else "") + ").", "",
-              "| model | micro | tokens | checkpointing | plan MiB | measured MiB | error % |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} | {r['micro_batch']} | {r['seq_len']} | {r['checkpointing']} | {r['predicted_mib']:,.0f} "
-              f"| {r['measured_mib']:,.0f} | {r['error_pct']:+.1f} |" for r in mem.get("rows", [])]
+              "| model | micro | tokens | checkpointing | plan MiB | measured MiB | error % |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['micro_batch']} | {r['seq_len']} | {r['checkpointing']} | "
+              f"{r['predicted_mib']:,.0f} | {r['measured_mib']:,.0f} | {r['error_pct']:+.1f} |"
+              for r in mem.get("rows", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -493,7 +501,8 @@ def main(argv=None) -> int:
                         else {"piece": name, "seconds": 0.0, "status": "skipped", "error": "time guard: no time left"})
         row = pieces[name]
         print(f"[gpu_check] {name}: {row['status']} ({row['seconds']:.1f} s) {row.get('error', '')}", flush=True)
-    report = {"tree_mib": round(mib, 1), "mode": mode, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start)),
+    report = {"tree_mib": round(mib, 1), "mode": mode,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start)),
               "seconds": time.time() - t_start, "versions": versions(), "pieces": pieces,
               "throughput": throughput_rows(work), **{k: opts[k] for k in ("total", "new_tokens", "prompt_len",
                                                                           "budget")}}

@@ -1,7 +1,8 @@
 """benchmarks/gpu_check.py: the --cpu mode runs every piece (two RL steps, the memory plan beside measured peaks,
 throughput of the three engines at N = 16, 64, 256, 512) with only the one-GPU host's packages plus the carried
-wheels importable; the time guard skips and records cells; the check refuses a tree over 64 MiB. No wall-clock assertions: the CPU mode has no time limits (a shared CI machine is slow
-at times). The GPU mode is not exercised here (no GPU)."""
+wheels importable; the time guard skips and records cells; the check refuses a tree over 64 MiB. No wall-clock
+assertions: the CPU mode has no time limits (a shared CI machine is slow at times). The GPU mode is not exercised
+here (no GPU)."""
 
 import importlib.util
 import json

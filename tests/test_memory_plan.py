@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from brorl.config import PROJECT_ROOT, ConfigError, load_config, validate_config
-from brorl.training.memory import (GIB, HEAD_FOLD_TEMPORARIES, Architecture, TrainSetting, arm_plans,
+from brorl.training.memory import (HEAD_FOLD_TEMPORARIES, Architecture, TrainSetting, arm_plans,
                                    checkpointing_errors, layer_activation_bytes, memory_plan_errors,
                                    run_memory_plan, training_terms)
 from brorl.training.settings import RLSettings
@@ -56,7 +56,7 @@ def test_training_terms_by_hand_with_and_without_checkpointing():
     layer = 16 * 4 * (3 * 8 + 2 * 4)  # one layer's gradients in flight
     assert t["backward_transient"] == max(head, layer) == head
     assert t["peak"] == 16 * P + t["activations"] + t["backward_transient"]
-    assert t["optimizer_step_transient"] == 16 * 4 * 4  # the CPU's AdamW: one temporary of the largest parameter (V x h)
+    assert t["optimizer_step_transient"] == 16 * 4 * 4  # the CPU's AdamW: a temporary of the largest parameter
 
     ck = training_terms(TOY, TrainSetting(micro_batch=2, seq_len=8, checkpointing=True))
     assert ck["activations"] == 2 * 16 * 4 * 4 + final + mask  # a layer keeps only its input

@@ -377,7 +377,8 @@ def checkpointing_errors(rl: dict) -> list[str]:
     path = accelerate_config_path(name)
     fsdp = (yaml.safe_load(path.read_text()) or {}).get("fsdp_config") or {}
     if fsdp.get("fsdp_activation_checkpointing"):
-        return [f"rl.launch.accelerate_config: {path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path} "
+        shown = path.relative_to(PROJECT_ROOT) if path.is_relative_to(PROJECT_ROOT) else path
+        return [f"rl.launch.accelerate_config: {shown} "
                 "sets fsdp_activation_checkpointing: true; checkpointing is rl.recipe.gradient_checkpointing "
                 "(transformers refuses both at once) [rule: checkpointing declared once]"]
     return []
