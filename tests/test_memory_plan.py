@@ -158,6 +158,16 @@ def test_gradient_checkpointing_reaches_the_grpo_config(tmp_path):
     assert RLSettings.from_dict({"gradient_checkpointing": True}).gradient_checkpointing is True
 
 
+def test_switching_checkpointing_keeps_a_stage_resumable():
+    """Checkpointing changes memory, not the policy: an arm stopped for memory and restarted with it on resumes its
+    work folder (the stage's settings key leaves it out, as threads)."""
+    from brorl.training.stage import _settings_key
+
+    on, off = (RLSettings(n_rollouts=4, prompts_per_step=2, steps=1, gradient_checkpointing=x) for x in (True, False))
+    assert _settings_key(on) == _settings_key(off)
+    assert _settings_key(on) != _settings_key(RLSettings(n_rollouts=4, prompts_per_step=2, steps=2))
+
+
 def test_cli_prints_the_tables_and_fails_for_an_arm_that_cannot_fit(tmp_path, capsys):
     assert run_memory_plan([str(PAPER)]) == 0
     out = capsys.readouterr().out

@@ -295,7 +295,7 @@ def make_reward(records: list[dict], tokenizer, source: str | None = None):
 
 def _settings_key(s: RLSettings) -> str:
     d = s.to_dict()
-    for k in ("threads", "keep_checkpoints", "chunk_samples") + (() if s.plateau_window else
+    for k in ("threads", "keep_checkpoints", "chunk_samples", "gradient_checkpointing") + (() if s.plateau_window else
                                                                  ("probe_every", "probe_prompts")):
         d.pop(k)  # settings that cannot change the trained policy
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
