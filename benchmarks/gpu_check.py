@@ -17,17 +17,18 @@ naming the largest files, when it is over 64 MiB (the device tool's limit).
 Pieces, each in a child process (its own log; killed at the time guard, keeping what it already wrote):
 
     train       a toy model (a tiny Llama trained on 2-digit addition, 60 steps on the CPU) and two ``BroRLTrainer``
-                RL steps on it: prefix-tree engine, dynamic sampling, N=16 x 4 prompts, bf16 on the GPU
+                RL steps on it: prefix-tree engine, dynamic sampling, N=16 x 4 prompts, bf16 on the GPU; its peak
+                beside the memory plan's (the toy model's config.json)
+    memory      forward + backward + AdamW step + a second forward + backward (benchmarks/memory_plan_check.py)
+                of a random model of the paper checkpoint's architecture, bf16, at a few micro-batches, sequence lengths and
+                with and without checkpointing: ``torch.cuda.max_memory_allocated`` beside
+                ``brorl.training.memory.training_terms``' peak for the same setting
     throughput  samples/s, tokens/s and peak GPU memory of HF generate (``model.generate`` on N repeated
                 rows), the shared-prompt and the prefix-tree engines (``brorl.models.sampling``) at
                 N = 16, 64, 256, 512 with the same total samples per cell, on a randomly initialised model of
                 the paper checkpoint's architecture (``benchmarks/qwen2_1p5b.yaml``, 1.78B parameters), bf16,
                 512 new tokens per sample with no end token (every sample runs the full length); beside each
                 peak, the plan's weights + KV cache of the cell (``brorl.training.memory``'s KV formula)
-    memory      forward + backward + AdamW step + a second forward + backward (benchmarks/memory_plan_check.py)
-                of a random model of the same architecture, bf16, at a few micro-batches, sequence lengths and
-                with and without checkpointing: ``torch.cuda.max_memory_allocated`` beside
-                ``brorl.training.memory.training_terms``' peak for the same setting
 
 The random model's next-token distribution is nearly uniform over 151,936 tokens, so the N samples of a prompt
 differ from their first token on: the prefix tree has nothing to merge and this measures its overhead, not the
