@@ -1,6 +1,7 @@
 """Command line of the pipeline: one sub-command per Snakemake rule (rules stay thin).
 
     brorl validate-config config/config.yaml config/strong.yaml
+    brorl memory-plan --configfile config/paper.yaml
     brorl theory-simulate  --config '<json>' --csv results/theory/simulation.csv ...
     brorl theory-figure3   --config '<json>' --csv ... --figure ... --summary-md ... --summary-csv ...
     brorl theory-sweep     --config '<json>' --csv ... --md ... --png ...
@@ -114,6 +115,11 @@ COMMANDS = {  # in `brorl --help` order
         "brorl.config:check_config_files", lambda a, f: f(a.files, each=a.each),
         opt("files", nargs="+", help="merged in order, as `snakemake --configfile FILE...` merges them"),
         opt("--each", action="store_true", help="check every file on its own instead"), run=None),
+    "memory-plan": cmd(
+        "per-GPU memory plan of every RL arm (rl.memory_plan; the config check refuses an arm that cannot fit)",
+        "brorl.training.memory:run_memory_plan", lambda a, f: f(a.configfile),
+        opt("--configfile", nargs="+", required=True, help="a base and its overlays, merged as snakemake merges them"),
+        run=None),
     "theory-simulate": cmd(
         "BroRL Fig. 3 simulation -> simulation.csv",
         "brorl.theory.report:run_theory_simulate", lambda a, f: f(_config(a), a.csv), *req("--csv")),

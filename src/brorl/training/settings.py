@@ -74,6 +74,11 @@ class RLSettings:
     micro_batch_size: int = 64
     """Completions per forward/backward pass (memory only; the largest divisor of the mini-batch not above
     this is used)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (TRL / transformers
+    ``gradient_checkpointing``, non-reentrant): a layer then keeps only its input. Memory only, at about a third
+    more compute; the paper profile needs it at 16k-token completions (brorl.training.memory plans it). Under
+    FSDP2 it is this key, never also ``fsdp_activation_checkpointing`` (transformers refuses both at once)."""
     weight_decay: float = 0.0
     """AdamW weight decay ([pilot]: 0; NeMo's inherited default 0.01)."""
     adam_betas: tuple[float, float] = (0.9, 0.98)

@@ -296,7 +296,7 @@ def make_reward(records: list[dict], tokenizer, source: str | None = None):
 
 def _settings_key(s: RLSettings) -> str:
     d = s.to_dict()
-    for k in ("threads", "keep_checkpoints", "chunk_samples") + (() if s.plateau_window else
+    for k in ("threads", "keep_checkpoints", "chunk_samples", "gradient_checkpointing") + (() if s.plateau_window else
                                                                  ("probe_every", "probe_prompts")):
         d.pop(k)  # settings that cannot change the trained policy
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
@@ -321,7 +321,7 @@ def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
         loss_type="dapo", scale_rewards="none",  # advantages are computed in BroRLTrainer (REINFORCE++)
         max_steps=s.max_steps * s.mini_batches, logging_steps=s.mini_batches, save_strategy="steps",
         save_steps=s.checkpoint_every * s.mini_batches, save_total_limit=None, report_to="none",
-        seed=s.seed, data_seed=s.seed, bf16=s.bf16, fp16=False, gradient_checkpointing=False,
+        seed=s.seed, data_seed=s.seed, bf16=s.bf16, fp16=False, gradient_checkpointing=s.gradient_checkpointing,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
         use_vllm=s.generation_engine == "vllm", vllm_mode="colocate",
         vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
