@@ -43,6 +43,7 @@ def run_eval(a) -> dict:
 
 
 def run_rl(a) -> dict:
+    import torch
     from datasets import Dataset
     from transformers import AutoTokenizer
 
@@ -55,7 +56,8 @@ def run_rl(a) -> dict:
 
     out = Path(a.out)
     tok = AutoTokenizer.from_pretrained(a.model, local_files_only=True)
-    records = paper_utils.read_records(paper_benchmarks.data_file(a.data, a.benchmark))[: a.prompts]
+    records = paper_utils.read_records(paper_benchmarks.data_file(a.data, a.benchmark))
+    records = [records[int(i)] for i in a.pick.split(",")] if a.pick else records[: a.prompts]
     records = [{**r, "reward": "math"} for r in records]  # a paper training record names its reward kind
     from brorl.tasks.core import format_prompt
 
@@ -84,14 +86,24 @@ def run_rl(a) -> dict:
         return compute(model, inputs)
 
     trainer._compute_loss = record
+    policy = trainer.accelerator.unwrap_model(trainer.model)
+    start = {k: v.detach().clone() for k, v in policy.named_parameters()}
     t0 = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - t0
     llm = trainer.vllm_generation.llm
+    # the engine holds the policy after one more reload: its (unpacked) embedding equals the trained one
+    trainer._reload_engine_weights()
+    engine_model = llm.llm_engine.model_executor.driver_worker.model_runner.model
+    engine_embed = engine_model.model.embed_tokens.weight.detach()
+    moved = max(float((v.detach() - start[k]).abs().max()) for k, v in policy.named_parameters())
+    check = {"policy_max_abs_change": moved,
+             "engine_embedding_equals_policy": bool(torch.equal(engine_embed, policy.model.embed_tokens.weight)),
+             "engine_embedding_equals_start": bool(torch.equal(engine_embed, start["model.embed_tokens.weight"]))}
     result = {"settings": {k: v for k, v in s.to_dict().items() if "vllm" in k or k in (
                   "n_rollouts", "prompts_per_step", "steps", "temperature")},
               "engine": type(llm).__name__, "engine_args": engine, "weight_syncs": trainer.vllm_weight_syncs,
-              "rollout": trainer.last_rollout, "loss_inputs": seen, "wall_s": wall,
+              "rollout": trainer.last_rollout, "loss_inputs": seen, "wall_s": wall, "engine_check": check,
               "log": [h for h in trainer.state.log_history]}
     (out / "rl.json").write_text(json.dumps(result, indent=1, default=str))
     return result
@@ -108,6 +120,8 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=4, help="rl: rollouts per prompt")
     p.add_argument("--prompts", type=int, default=2, help="rl: prompts per step")
     p.add_argument("--steps", type=int, default=2, help="rl: RL steps")
+    p.add_argument("--pick", default="", help="rl: the fixture's problems to train on (indices, e.g. 0,4); "
+                                              "default: the first --prompts")
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--max-model-len", type=int, default=1024)
@@ -123,7 +137,7 @@ def main(argv=None) -> int:
     cpu_engine_env(threads=a.threads)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     result = run_eval(a) if a.what == "eval" else run_rl(a)
-    keep = ("metrics", "wall_s", "seconds", "weight_syncs", "rollout", "loss_inputs")
+    keep = ("metrics", "wall_s", "seconds", "weight_syncs", "rollout", "loss_inputs", "engine_check")
     print(json.dumps({k: result[k] for k in keep if k in result}, indent=1, default=str))
     return 0
 
