@@ -298,6 +298,9 @@ def _settings_key(s: RLSettings) -> str:
     for k in ("threads", "keep_checkpoints", "chunk_samples") + (() if s.plateau_window else
                                                                  ("probe_every", "probe_prompts")):
         d.pop(k)  # settings that cannot change the trained policy
+    for k, default in (("vllm_weight_sync", "trl"), ("vllm_engine_args", {})):  # added later (issue 28): at their
+        if d[k] == default:                                                     # defaults, earlier runs' key
+            d.pop(k)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
