@@ -92,14 +92,28 @@ def run_rl(a) -> dict:
     trainer.train()
     wall = time.perf_counter() - t0
     llm = trainer.vllm_generation.llm
-    # the engine holds the policy after one more reload: its (unpacked) embedding equals the trained one
-    trainer._reload_engine_weights()
+    # the engine holds the policy after one more reload: compare its embedding (kept unpacked on the CPU) with the
+    # policy's, over the policy's rows (vLLM may pad the vocabulary)
     engine_model = llm.llm_engine.model_executor.driver_worker.model_runner.model
-    engine_embed = engine_model.model.embed_tokens.weight.detach()
-    moved = max(float((v.detach() - start[k]).abs().max()) for k, v in policy.named_parameters())
-    check = {"policy_max_abs_change": moved,
-             "engine_embedding_equals_policy": bool(torch.equal(engine_embed, policy.model.embed_tokens.weight)),
-             "engine_embedding_equals_start": bool(torch.equal(engine_embed, start["model.embed_tokens.weight"]))}
+
+    def embed_gap(ref) -> float:  # in the engine's dtype (TRL builds the engine with dtype "auto": bf16 on this CPU)
+        e = engine_model.model.embed_tokens.weight.detach()
+        return float((e[: ref.size(0)].float() - ref.detach().to(e.dtype).float()).abs().max())
+
+    trainer._reload_engine_weights()
+    ref = policy.model.embed_tokens.weight
+    check = {"engine_embedding_shape": list(engine_model.model.embed_tokens.weight.shape),
+             "engine_embedding_dtype": str(engine_model.model.embed_tokens.weight.dtype),
+             "policy_max_abs_change": max(float((v.detach() - start[k]).abs().max())
+                                          for k, v in policy.named_parameters()),
+             "engine_vs_policy_max_abs_diff": embed_gap(ref)}
+    # a policy that certainly moved (the steps above may have had zero advantages): shift every weight, reload
+    with torch.no_grad():
+        for v in policy.parameters():
+            v.add_(1e-2)
+    trainer._reload_engine_weights()
+    check["shifted_engine_vs_policy_max_abs_diff"] = embed_gap(ref)
+    check["shifted_engine_vs_start_max_abs_diff"] = embed_gap(start["model.embed_tokens.weight"])
     result = {"settings": {k: v for k, v in s.to_dict().items() if "vllm" in k or k in (
                   "n_rollouts", "prompts_per_step", "steps", "temperature")},
               "engine": type(llm).__name__, "engine_args": engine, "weight_syncs": trainer.vllm_weight_syncs,
