@@ -292,6 +292,7 @@ def test_throughput_vllm_rows_reach_the_engine(fake_vllm, tiny):
     assert on.kw["gpu_memory_utilization"] == 0.2 and on.kw["max_model_len"] == 256 and on.kw["seed"] == 3
     assert [len(p) for p, _ in on.calls] == [4, 2]  # total / N prompts
     assert [sp.n for _, sp in on.calls] == [2, 4] and all(sp.max_tokens == 5 for _, sp in on.calls)
+    assert all("seed" not in sp.kw for _, sp in on.calls)  # the engine's seed only (the CPU build has no other)
     assert [(r["engine"], r["n_rollouts"], r["prompts"], r["samples"]) for r in rows] == [
         ("vllm", 2, 4, 8), ("vllm", 4, 2, 8), ("vllm_no_prefix_cache", 2, 4, 8), ("vllm_no_prefix_cache", 4, 2, 8)]
     assert all(r["mean_length"] == 5 and r["tokens_per_s"] == pytest.approx(5 * r["samples_per_s"]) for r in rows)
