@@ -269,7 +269,10 @@ def evaluate(model_dir: str | Path, benchmark: str, data_dir: str | Path, out_js
 
         task_manager = TaskManager(include_path=str(task_dir), include_defaults=False)
         t_run = time.perf_counter()
-        res = _run_lm_eval(model=backend, model_args={"pretrained": str(model_abs), "dtype": dtype, **backend_args},
+        # vLLM samples from its engine's seed (lm-eval's model_args default: 1234), not from the seeds below
+        engine_seed = {"seed": int(seed)} if backend == "vllm" else {}
+        res = _run_lm_eval(model=backend, model_args={"pretrained": str(model_abs), "dtype": dtype, **engine_seed,
+                                                      **backend_args},
                            tasks=[bench.lm_eval_task], batch_size=int(batch_size), device=device, limit=limit,
                            log_samples=True, apply_chat_template=bench.apply_chat_template,
                            task_manager=task_manager, random_seed=int(seed), numpy_random_seed=int(seed),

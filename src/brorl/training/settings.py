@@ -8,7 +8,7 @@ Values marked [paper] come from BroRL / ProRLv2 (see ``shared/brief/paper.md`` Â
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from brorl.settings import settings_kwargs
 
@@ -17,6 +17,7 @@ GENERATION_ENGINES = ("prefix_tree", "shared_prompt", "hf", "vllm")
 VLLM_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 PLATEAU_RULES = ("best", "slope")
 PLATEAU_CONFIDENCE = 0.95  # [our choice] the slope rule's one-sided upper confidence bound
+VLLM_WEIGHT_SYNCS = ("trl", "reload")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,13 @@ class RLSettings:
     is the trainer's."""
     vllm_max_model_length: int = 0
     """vLLM's context length (prompt + completion); 0: the model's own maximum."""
+    vllm_weight_sync: str = "trl"
+    """How the policy's weights reach the colocated engine before each step's rollouts: ``trl``, TRL's own sync
+    (``model.load_weights`` per parameter; GPU hosts); ``reload``, vLLM's layer-wise ``reload_weights`` with the
+    same tensors (vLLM's CPU build, whose repacked linear weights TRL's sync cannot load; issue 28)."""
+    vllm_engine_args: dict = field(default_factory=dict)
+    """Extra ``vllm.LLM`` arguments for the colocated engine beyond TRL's (e.g. the CPU build's
+    ``enforce_eager``); empty on GPU hosts."""
     bf16: bool = False
     """Train in bfloat16 mixed precision (GPU; the paper profile). False: fp32, as the CPU profiles."""
     max_completion_length: int = 0
@@ -197,6 +205,10 @@ class RLSettings:
             bad("vllm_gpu_memory_utilization", "must lie in (0, 1)")
         if self.vllm_max_model_length < 0:
             bad("vllm_max_model_length", "must be >= 0")
+        if self.vllm_weight_sync not in VLLM_WEIGHT_SYNCS:
+            bad("vllm_weight_sync", f"must be one of {VLLM_WEIGHT_SYNCS}")
+        if not isinstance(self.vllm_engine_args, dict):
+            bad("vllm_engine_args", "must be a mapping of vllm.LLM arguments")
         if self.max_completion_length < 0:
             bad("max_completion_length", "must be >= 0")
         if self.probe_every < 0:

@@ -299,6 +299,10 @@ def _settings_key(s: RLSettings) -> str:
     for k in ("threads", "keep_checkpoints", "chunk_samples", "gradient_checkpointing") + (() if s.plateau_window else
                                                                  ("probe_every", "probe_prompts")):
         d.pop(k)  # settings that cannot change the trained policy
+    for k, default in (("vllm_weight_sync", "trl"), ("vllm_engine_args", {}),  # added later (issues 28, 29): at
+                       ("plateau_rule", "best"), ("plateau_slope", 0.0)):    # their defaults, earlier runs' key
+        if d[k] == default:
+            d.pop(k)
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 

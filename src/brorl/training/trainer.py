@@ -53,6 +53,7 @@ What is built here, and why not on TRL's hooks:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -270,14 +271,28 @@ class BroRLTrainer(GRPOTrainer):
         self.init_optimizer = init_optimizer
         self.stage_state = StageState()
         self.last_rollout: dict = {}
+        self.vllm_weight_syncs = 0
         if kwargs.get("args") is not None:  # one RL step = prompts_per_step prompts over all processes
             distribute_batch(kwargs["args"], settings, kwargs["args"].world_size)
-        super().__init__(*args, **kwargs)
+        with _extra_engine_args(settings.vllm_engine_args if settings.generation_engine == "vllm" else {}):
+            super().__init__(*args, **kwargs)
         if self.is_fsdp_enabled and settings.generation_engine in SAMPLERS:
             # each process decodes until its own rows end; FSDP all-gathers weights in every forward, so the
             # processes must run the same number of forwards (TRL's HF path: generate(synced_gpus); vLLM)
             raise ValueError(f"generation_engine {settings.generation_engine!r} cannot run under FSDP (the "
                              "processes would decode different numbers of steps); use 'hf' or 'vllm'")
+        if self.use_vllm and settings.vllm_weight_sync == "reload":
+            self.vllm_generation.sync_weights = self._reload_engine_weights
+
+    # ----- vLLM's CPU build: the policy's weights reach the engine through vLLM's layer-wise reload
+    def _reload_engine_weights(self):
+        """In place of TRL's colocated ``sync_weights`` (``vllm_weight_sync: reload``): the same tensors under the
+        same names (TRL's iterator: FSDP gathering, PEFT merging), loaded by ``brorl.models.vllm_cpu.reload_weights``."""
+        from brorl.models.vllm_cpu import reload_weights
+
+        gen = self.vllm_generation
+        reload_weights(gen.llm, gen._iter_named_params())
+        self.vllm_weight_syncs += 1
 
     # ----- rollout: dynamic sampling over TRL's generation and reward calls
     def _round_rows(self, round_index: int, size: int, first: list[dict]) -> list[dict]:
@@ -542,6 +557,23 @@ class BroRLTrainer(GRPOTrainer):
                 if old != folder and old.is_dir():
                     shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
+
+
+@contextlib.contextmanager
+def _extra_engine_args(extra: dict):
+    """TRL 1.16 builds its colocated ``vllm.LLM`` with a fixed argument list; add ``extra`` to it while the trainer
+    is constructed (RLSettings.vllm_engine_args; nothing changes when it is empty)."""
+    if not extra:
+        yield
+        return
+    import trl.generation.vllm_generation as vg
+
+    engine = vg.LLM
+    vg.LLM = lambda *a, **kw: engine(*a, **{**kw, **extra})
+    try:
+        yield
+    finally:
+        vg.LLM = engine
 
 
 def vllm_is_ratio(old_logps, sampling_logps, mask, mode: str, clip_min, clip_max) -> torch.Tensor:
