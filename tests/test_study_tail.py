@@ -31,7 +31,7 @@ def cfg_of(files):
 def test_every_existing_setting_plans_the_same_stages_as_before_the_refill_key(combo):
     """tests/data/study_stages_before.json: every (setting, N) arm_spec of the existing study configs, written by the
     code before `study.refill` existed (branch i29-stats). Keys added later to rl.recipe by other changes are not
-    compared; every value that was there must be equal."""
+    compared, nor the micro-batch (memory only; the paper profile's changed); every other value must be equal."""
     before = json.loads((PROJECT_ROOT / "tests/data/study_stages_before.json").read_text())[combo]
     cfg = cfg_of(COMBOS[combo])
     rl, study = cfg["rl"], cfg["study"]
@@ -41,7 +41,9 @@ def test_every_existing_setting_plans_the_same_stages_as_before_the_refill_key(c
         for n, old in by_n.items():
             new = arm_spec(rl, study, setting, int(n))
             assert (new["start"], new["pool"]) == (old["start"], old["pool"])
-            assert {k: new["stage"].get(k) for k in old["stage"]} == old["stage"], (setting, n)
+            memory_only = {"micro_batch_size"}  # config/paper.yaml's micro-batch 8 -> 4 (issue 27's memory plan)
+            assert ({k: new["stage"].get(k) for k in old["stage"] if k not in memory_only}
+                    == {k: v for k, v in old["stage"].items() if k not in memory_only}), (setting, n)
             assert (new["stage"]["max_rounds"], new["stage"]["round_prompts"]) == (1, 0)
 
 
