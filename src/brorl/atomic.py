@@ -157,3 +157,15 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     _fsync_dir(path.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() and not old.is_symlink() else old.unlink(missing_ok=True)
+
+
+def save_figure(fig: Any, path: str | Path, **savefig_kwargs: Any) -> None:
+    """``fig.savefig(path, ...)``, atomically (the format from ``path``'s suffix, as savefig reads it)."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, **savefig_kwargs)
+
+
+def frame_to_csv(frame: Any, path: str | Path, **to_csv_kwargs: Any) -> None:
+    """``frame.to_csv(path, ...)`` for a pandas DataFrame, atomically."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, **to_csv_kwargs)

@@ -26,6 +26,7 @@ import numpy as np
 from brorl.study.heldout import BINS
 from brorl.study.plan import BASE, all_settings, budget_settings, arm_spec, family, reference_n, study_plan
 from brorl.training.report import paired
+from brorl.atomic import atomic_open, save_figure, write_text
 
 ALPHA = 0.05
 COLUMNS = ("setting", "n", "prompts_per_step", "seeds", "steps", "generated_samples", "kept_samples",
@@ -164,7 +165,7 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
             rows.append({**arm_row(setting, n, arm_of(setting, n)),
                          "reused_from": plan[setting][n] if plan[setting][n] != setting else ""})
 
-    with open(csv_path, "w", newline="") as f:
+    with atomic_open(csv_path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["reused_from"])
         w.writeheader()
         w.writerows(rows)
@@ -174,8 +175,8 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
     _budget_figure(study, verdicts, out / "budget.png")
     _saturation_figure(premise, out / "saturation.png")
-    Path(md_path).write_text(_markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise,
-                                             profile))
+    write_text(md_path, _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise,
+                                  profile))
     return verdicts
 
 
@@ -598,7 +599,7 @@ def _figures(study, plan, arm_of, verdicts, png_delta, png_base) -> None:
     ax.set_ylabel(f"Δ held-out mean@k vs N={ref_n}")
     ax.set_title(f"Best larger-N arm minus N={ref_n} (bars: seed mean; dots: seeds)")
     fig.tight_layout()
-    fig.savefig(png_delta, dpi=120)
+    save_figure(fig, png_delta, dpi=120)
     plt.close(fig)
 
     first = BASE if BASE in plan else next(iter(plan))
@@ -631,7 +632,7 @@ def _figures(study, plan, arm_of, verdicts, png_delta, png_base) -> None:
     a2.legend(fontsize=7)
     fig.suptitle(f"Setting {first}: its arms at the end")
     fig.tight_layout()
-    fig.savefig(png_base, dpi=120)
+    save_figure(fig, png_base, dpi=120)
     plt.close(fig)
 
 
@@ -657,7 +658,7 @@ def _budget_figure(study, verdicts, path) -> None:
     ax.set_title("Larger N minus N=16 against the budget (band: seeds' range)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -686,7 +687,7 @@ def _saturation_figure(premise, path) -> None:
     ax.set_title("Does continued N=16 saturate?")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the curves, not over them
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -701,7 +702,7 @@ def splice_verdict(summary_md, readme) -> None:
     if not all(m in doc for m in MARKERS):
         raise ValueError(f"{readme}: no {MARKERS[0]} ... {MARKERS[1]} block to write the verdict into")
     head, rest = doc.split(MARKERS[0], 1)
-    Path(readme).write_text(f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
+    write_text(readme, f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
 
 
 if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD
