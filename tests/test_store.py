@@ -25,7 +25,7 @@ from brorl.tracking import (EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, StoreError, en
                             store_problem)
 
 TRACKING = {"uri": "sqlite:///mlflow.db", "experiment": "brorl", "artifact_root": "mlartifacts"}
-HANG_GUARD_S = 300
+HANG_GUARD_S = 600  # only a hang guard: 8 openers at a load of 18 on 2 cores took minutes
 
 
 def _opener(cwd: Path) -> subprocess.Popen:

@@ -122,7 +122,6 @@ def store_problem(db: Path) -> str | None:
     import sqlite3
 
     from mlflow.store.db.base_sql_model import Base
-    from mlflow.store.db.utils import _get_latest_schema_revision
 
     if db.stat().st_size == 0:
         return "the file is empty"
@@ -140,13 +139,21 @@ def store_problem(db: Path) -> str | None:
             con.close()
     except sqlite3.DatabaseError as err:
         return f"not a readable sqlite database ({err})"
-    head = _get_latest_schema_revision()
+    head = _schema_head()
     if revisions != [head]:
         return f"schema revision {revisions or 'none'}, not the head {head} of the installed MLflow (half-migrated or older)"
     missing = sorted(set(Base.metadata.tables) - tables)
     if missing:
         return f"{len(missing)} of MLflow's tables missing ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})"
     return None
+
+
+@lru_cache(maxsize=None)
+def _schema_head() -> str:
+    """The head revision of the installed MLflow's migrations (read once per process)."""
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    return _get_latest_schema_revision()
 
 
 def _count_runs(db: Path) -> int | None:
@@ -196,6 +203,8 @@ def ensure_store(uri: str, artifact_root: str = DEFAULT_TRACKING["artifact_root"
     db = sqlite_path(uri)
     if db is None:
         return
+    if db.exists() and store_problem(db) is None:  # a complete store only ever appears whole: no lock needed
+        return
     with _store_lock(db):
         if db.exists():
             problem = store_problem(db)
@@ -230,8 +239,12 @@ def init_store(tracking: dict | None = None) -> str:
         ensure_store(cfg["uri"], cfg["artifact_root"])
         mlflow.set_tracking_uri(cfg["uri"])
         db = sqlite_path(cfg["uri"])
-        with _store_lock(db) if db is not None else _no_lock():
-            _EXPERIMENTS[key] = _create_experiment(cfg)
+        exp = mlflow.MlflowClient().get_experiment_by_name(cfg["experiment"])
+        if exp is not None and exp.tags.get(EXPERIMENT_KIND_TAG) == EXPERIMENT_KIND:
+            _EXPERIMENTS[key] = exp.experiment_id
+        else:  # created (or tagged) once, under the store's lock
+            with _store_lock(db) if db is not None else _no_lock():
+                _EXPERIMENTS[key] = _create_experiment(cfg)
     mlflow.set_tracking_uri(cfg["uri"])
     return _EXPERIMENTS[key]
 
