@@ -379,3 +379,34 @@ def pull(targets: list[str], configfile: list[str] | None = None) -> None:
         cmd += ["--configfile", *configfile]
     subprocess.run(cmd, check=True)
     print("[pull] outputs restored and marked up to date; `snakemake -n` should report nothing to do")
+
+
+UI_VIEW = "workflowType=machine_learning"
+"""MLflow 3.17.2's UI picks its view from a browser-wide setting (default: GenAI, which opens an experiment on
+"Traces 0"), not from the experiment kind tag; a link that names the Model-training view opens the runs table."""
+
+
+def ui_links(uri: str = DEFAULT_TRACKING["uri"], base: str = "http://127.0.0.1:5000") -> dict[str, str]:
+    """{experiment name: the link that opens its runs table in `mlflow ui` at ``base``} for a sqlite store."""
+    import sqlite3
+
+    db = sqlite_path(uri)
+    if db is None or not db.exists():
+        return {}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT experiment_id, name FROM experiments WHERE lifecycle_stage = 'active' AND "
+                           "name != 'Default' ORDER BY experiment_id").fetchall()
+    finally:
+        con.close()
+    return {name: f"{base}/#/experiments/{exp_id}/runs?{UI_VIEW}" for exp_id, name in rows}
+
+
+if __name__ == "__main__":  # python -m brorl.tracking [STORE_URI [UI_BASE]]: the links `make mlflow-ui` prints
+    import sys
+
+    links = ui_links(*sys.argv[1:3])
+    for name, link in links.items():
+        print(f"experiment {name}: {link}")
+    if not links:
+        print("no experiments in the store yet: run the pipeline first")
