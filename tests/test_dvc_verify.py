@@ -76,3 +76,13 @@ def test_project_remote_verifies():
     cfg = Config.load_file(str(ROOT / ".dvc" / "config"))
     remote = cfg["core"]["remote"]
     assert Config.validate({"core": cfg["core"], "remote": cfg["remote"]})["remote"][remote]["verify"] is True
+
+
+def test_readme_first_block_shows_the_pull_that_works():
+    """Issue 30, item 7: plain `dvc pull` leaves Snakemake planning the DAG again (fresh mtimes, no .snakemake
+    metadata); the README's first command block names `make pull` and says why plain `dvc pull` is not enough."""
+    readme = (ROOT / "README.md").read_text()
+    first_block = readme.split("```bash", 1)[1].split("```", 1)[0]
+    assert "make pull" in first_block
+    after = readme.split("```bash", 1)[1].split("```", 1)[1].split("```", 1)[0]  # the prose right after it
+    assert "plain `dvc pull`" in after and "snakemake -n" in after
