@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: llama-cpp small setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels study-docs results-docs clean
+.PHONY: llama-cpp small slurm-dag setup reproduce test test-fast pull report lint mlflow-ui bench critical-path gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
 
 setup: $(VENV)/.installed
 
@@ -34,12 +34,19 @@ test: setup                ## install, then run the whole test suite
 test-fast: setup           ## the unit tests only (no end-to-end Snakemake/DVC/MLflow runs)
 	$(BIN)/python -m pytest -m "not slow"
 
+# The paper profile's arm (toy sizes) through Snakemake's SLURM executor on the local one-node cluster
+# (scripts/slurm-local.sh up, as root): every job a real sbatch; its record (scontrol show job, wall time) goes to
+# $(SLURM_DOCS). A few minutes: the executor polls each job.
+SLURM_DOCS ?= docs/results/slurm
+slurm-dag: setup           ## run tests/test_slurm.py's SLURM DAG and keep its record in $(SLURM_DOCS)
+	BRORL_SLURM_DAG=$(SLURM_DOCS) $(BIN)/python -m pytest tests/test_slurm.py -k arm_dag -rs
+
 pull: setup                ## fresh clone: fetch DVC-tracked outputs and mark them up to date
 	$(BIN)/brorl pull --configfile $(CONFIG)
 
 STUDY_DOCS ?= docs/results/study/batch_vs_n
 study-docs:                ## copy the study's generated summary (results/study/) to $(STUDY_DOCS)
-	mkdir -p $(STUDY_DOCS) && cp results/study/summary.md results/study/summary.csv results/study/*.png $(STUDY_DOCS)/
+	mkdir -p $(STUDY_DOCS) && cp results/study/summary.md results/study/*.csv results/study/*.png $(STUDY_DOCS)/
 	# its verdict paragraph, between the study-verdict markers of the README and docs/study.md
 	for doc in README.md docs/study.md; do \
 		PYTHONPATH=src $(BIN)/python -m brorl.study.report results/study/summary.md $$doc || exit 1; done
@@ -98,6 +105,22 @@ gpu-wheels:                ## download the GPU host's missing wheels (benchmarks
 		--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 		-d $(GPU_WHEELS) -r benchmarks/gpu_wheels.txt
 	du -sh $(GPU_WHEELS)
+
+# The GPU host's lock (paper profile; Linux x86-64, CPython 3.11): requirements-gpu.lock, resolved by pip (a pinned
+# release, in its own small venv) with an isolated pip configuration, so this machine's CPU torch and pip.conf do not
+# stand in for the GPU host's PyPI torch; .ci/gpu_lock.py says how and why. Needs the package index (install time).
+GPU_LOCK_VENV ?= .venv-gpu-lock
+GPU_LOCK_PIP ?= pip==26.3
+$(GPU_LOCK_VENV)/.installed:
+	$(PYTHON) -m venv $(GPU_LOCK_VENV)
+	$(GPU_LOCK_VENV)/bin/python -m pip install -q $(GPU_LOCK_PIP)
+	touch $@
+
+gpu-lock: $(GPU_LOCK_VENV)/.installed  ## regenerate requirements-gpu.lock from requirements.txt + requirements-gpu.txt
+	$(GPU_LOCK_VENV)/bin/python .ci/gpu_lock.py lock
+
+gpu-lock-check: $(GPU_LOCK_VENV)/.installed  ## CI: the lock is fresh and pip's resolver accepts it (no wheel downloaded)
+	$(GPU_LOCK_VENV)/bin/python .ci/gpu_lock.py check
 
 clean:                     ## remove pipeline outputs and the local MLflow store (not the DVC remote)
 	rm -rf results resources/models/sft resources/models/*.dvc .snakemake logs mlflow.db mlartifacts report.html

@@ -1,28 +1,41 @@
-"""GPU check: rollout throughput of the RL engines on the paper model's architecture, and two RL steps on CUDA.
+"""GPU check: rollout throughput of the RL engines on the paper model's architecture, two RL steps on CUDA, and
+the memory plan's predictions beside measured peaks.
 
-On the one-GPU host (no vLLM, no TRL, no network; README, "Paper-profile training"), from the repo root with
-the wheels of `make gpu-wheels` carried in `.gpu-wheels/`:
+On the one-GPU host (an H100 80 GB or an H200 141 GB; no vLLM, no TRL, no network; docs/profiles.md,
+"Paper-profile training"), from the repo root with the wheels of `make gpu-wheels` carried in `.gpu-wheels/`:
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl &&
     PYTHONPATH=/tmp/site:src python3 benchmarks/gpu_check.py --out $OUT
 
     python benchmarks/gpu_check.py --cpu --out DIR     # the same pieces at tiny size on the CPU (the test suite)
+    python benchmarks/gpu_check.py --tree-only         # only the size of the tree that travels (run it here first)
+
+Before anything it adds up the tree that travels to the host (git's tracked and untracked-not-ignored files plus
+the ``--carry`` folders, default ``.gpu-wheels``; without git, every file under the root) and refuses to start,
+naming the largest files, when it is over 64 MiB (the device tool's limit).
 
 Pieces, each in a child process (its own log; killed at the time guard, keeping what it already wrote):
 
     train       a toy model (a tiny Llama trained on 2-digit addition, 60 steps on the CPU) and two ``BroRLTrainer``
-                RL steps on it: prefix-tree engine, dynamic sampling, N=16 x 4 prompts, bf16 on the GPU
+                RL steps on it: prefix-tree engine, dynamic sampling, N=16 x 4 prompts, bf16 on the GPU; its peak
+                beside the memory plan's (the toy model's config.json)
+    memory      forward + backward + AdamW step + a second forward + backward (benchmarks/memory_plan_check.py)
+                of a random model of the paper checkpoint's architecture, bf16, at a few micro-batches, sequence lengths and
+                with and without checkpointing: ``torch.cuda.max_memory_allocated`` beside
+                ``brorl.training.memory.training_terms``' peak for the same setting
     throughput  samples/s, tokens/s and peak GPU memory of HF generate (``model.generate`` on N repeated
                 rows), the shared-prompt and the prefix-tree engines (``brorl.models.sampling``) at
                 N = 16, 64, 256, 512 with the same total samples per cell, on a randomly initialised model of
                 the paper checkpoint's architecture (``benchmarks/qwen2_1p5b.yaml``, 1.78B parameters), bf16,
-                1,024 new tokens per sample with no end token (every sample runs the full length)
+                512 new tokens per sample with no end token (every sample runs the full length); beside each
+                peak, the plan's weights + KV cache of the cell (``brorl.training.memory``'s KV formula)
 
 The random model's next-token distribution is nearly uniform over 151,936 tokens, so the N samples of a prompt
 differ from their first token on: the prefix tree has nothing to merge and this measures its overhead, not the
 gain on a trained model's repeated prefixes.
 
-Time guard (GPU): the whole check keeps to ``--budget`` seconds (default 450, under the host's 8 minutes).
+Time guard (GPU): the whole check keeps to ``--budget`` seconds (default 270: with the host's start, one run and
+a rerun fit in its 15 minutes of device time).
 Throughput cells run in the order N = 16, 512, 64, 256 (the paper's pair first), engine by engine; a cell is
 skipped when the time its engine took on an earlier cell no longer fits, and a cell still running at the
 budget's end is killed; both are recorded. A cell is one batch of 512 samples, the fewest that give N = 512 a
@@ -48,6 +61,7 @@ from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # memory_plan_check, beside this file
 QWEN2_1P5B = ROOT / "benchmarks" / "qwen2_1p5b.yaml"
 TINY_QWEN2 = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
               "intermediate_size": 128, "vocab_size": 1024, "max_position_embeddings": 512}
@@ -55,13 +69,19 @@ NS = (16, 64, 256, 512)
 CELL_ORDER = (16, 512, 64, 256)  # BroRL Table 2's pair (N=16 against N=512) first, should the guard cut
 ENGINES = ("hf", "shared_prompt", "prefix_tree")
 PROFILES = {  # per mode: samples per cell (>= the largest N), new tokens, prompt tokens, RL steps' N, budget (s)
-    "gpu": {"total": 512, "new_tokens": 1024, "prompt_len": 256, "train_n": 16, "budget": 450},
+    "gpu": {"total": 512, "new_tokens": 512, "prompt_len": 256, "train_n": 16, "budget": 270},
     "cpu": {"total": 512, "new_tokens": 8, "prompt_len": 8, "train_n": 8, "budget": 0},
 }
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "datasets", "peft", "safetensors", "tokenizers",
             "numpy", "pandas", "pyarrow", "dill", "multiprocess", "pyyaml", "matplotlib")
-PIECES = ("train", "throughput")
-TRAIN_LIMIT_S = 180  # the most of the GPU budget the train piece may take (CPU mode here: about 70 s)
+PIECES = ("train", "memory", "throughput")
+TRAIN_LIMIT_S = 120  # the most of the GPU budget the train piece may take (CPU mode here: about 70 s)
+MEMORY_LIMIT_S = 60  # the same for the memory piece (GPU: four cases of a 1.78B model, each a few seconds)
+MAX_TREE_MIB = 64  # what the device tool carries to the host: tracked + untracked-not-ignored files + carried paths
+MEMORY_CASES = {  # (micro-batch, sequence length, checkpointing) per mode
+    "gpu": ((1, 2048, False), (1, 4096, False), (1, 4096, True), (2, 8192, True)),
+    "cpu": ((2, 64, False), (2, 64, True)),
+}
 
 
 # --------------------------------------------------------------------------------------------------- pieces
@@ -118,10 +138,77 @@ def piece_train(work: Path, opts: dict) -> dict:
         torch.cuda.reset_peak_memory_stats()
     trainer.train()
     param = next(trainer.model.parameters())
-    return {"steps": steps, "n_rollouts": s.n_rollouts, "prompts_per_step": s.prompts_per_step,
+    prompt_len = max(len(tok(p, add_special_tokens=False)["input_ids"]) for p in ds["prompt"])
+    plan = train_plan(model / "config.json", s, prompt_len + length, gpu)
+    return {"plan_mb": plan / 2**20, "steps": steps, "n_rollouts": s.n_rollouts, "prompts_per_step": s.prompts_per_step,
             "engine": s.generation_engine, "bf16": bool(trainer.args.bf16), "model_device": str(param.device),
             "param_dtype": str(param.dtype), "seconds": time.perf_counter() - t0,
             "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if gpu else None, "device": device_info(gpu)}
+
+
+def train_plan(config_json: Path, s, seq: int, gpu: bool) -> int:
+    """The memory plan's peak for the train piece (``brorl.training.memory.training_terms``; the architecture from
+    the toy model's config.json): micro-batch, prompt + completion tokens, the reference model (beta > 0). On the
+    GPU, transformers' bf16 is autocast over fp32 weights: counted as bf16 activations with fp32 weights."""
+    from memory_plan_check import triton_available
+
+    from brorl.training.memory import Architecture, TrainSetting, training_terms
+
+    arch = Architecture.from_file(config_json)
+    setting = TrainSetting(micro_batch=s.micro_batch, seq_len=seq, checkpointing=s.gradient_checkpointing,
+                           bf16=gpu, reference_model=s.beta > 0, triton=gpu and triton_available(), foreach=gpu,
+                           float_mask=gpu)
+    return training_terms(arch, setting)["peak"]
+
+
+def generation_plan(config: dict, engine: str, n: int, prompts: int, prompt_len: int, new: int,
+                    dtype_bytes: int) -> int:
+    """The plan's weights + KV cache of a throughput cell (``Architecture.kv_bytes_per_token``, vLLM's formula,
+    at this dtype): HF generate keeps the prompt per row, the shared-prompt and prefix-tree engines once per
+    prompt (a random model's samples share nothing after it)."""
+    from brorl.training.memory import Architecture
+
+    arch = Architecture.from_mapping(config)
+    kv = arch.kv_bytes_per_token // 2 * dtype_bytes
+    rows = prompts * n
+    tokens = rows * (prompt_len + new) if engine == "hf" else prompts * prompt_len + rows * new
+    return arch.params * dtype_bytes + tokens * kv
+
+
+def piece_memory(work: Path, opts: dict) -> dict:
+    """The memory plan beside measured peaks: benchmarks/memory_plan_check.py's forward + backward + AdamW step +
+    forward + backward of a random model of the paper checkpoint's architecture (GPU: bf16,
+    ``torch.cuda.max_memory_allocated``; --cpu: the tiny model in fp32, peak RSS)."""
+    import yaml
+
+    from memory_plan_check import child, row
+
+    gpu = not opts["cpu"]
+    if gpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("no CUDA device: run with --cpu on a machine without a GPU")
+    config = yaml.safe_load(QWEN2_1P5B.read_text()) if gpu else TINY_QWEN2
+    name = QWEN2_1P5B.stem if gpu else "tiny-qwen2"
+    rows = []
+    for micro, seq, ck in MEMORY_CASES["gpu" if gpu else "cpu"]:
+        spec = {"model": config, "seq": seq, "micro": micro, "checkpointing": ck, "threads": 2,
+                "device": "cuda" if gpu else "cpu"}
+        measured = child(spec)
+        rows.append(row(name, config, seq, micro, ck, measured, device=spec["device"]))
+        print(f"[memory] micro {micro} x {seq} tokens, checkpointing {ck}: plan {rows[-1]['predicted_mib']:,.0f} "
+              f"MiB, measured {rows[-1]['measured_mib']:,.0f} MiB ({rows[-1]['error_pct']:+.1f}%)", flush=True)
+        (work / "memory.info.json").write_text(json.dumps({"rows": rows}))  # kept should the time guard end it
+        if gpu:
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()
+    return {"rows": rows, "measure": "torch.cuda.max_memory_allocated" if gpu else "peak RSS above the RSS before "
+            "the model", "device": device_info(gpu)}
 
 
 def random_qwen2(config: dict, device: str, dtype):
@@ -206,20 +293,62 @@ def piece_throughput(work: Path, opts: dict) -> dict:
             if shapes != {(n, new)}:
                 raise RuntimeError(f"{engine} at N={n} returned blocks of shape {shapes}, expected {(n, new)}")
             peak = torch.cuda.max_memory_allocated() / 2**20 if gpu else None
-            write({**cell, "status": "ok", "new_tokens": new, "seconds": seconds, "samples_per_s": total / seconds,
+            plan = generation_plan(config, engine, n, total // n, opts["prompt_len"], new, 2 if gpu else 4) / 2**20
+            write({**cell, "status": "ok", "plan_mb": plan, "new_tokens": new, "seconds": seconds,
+                   "samples_per_s": total / seconds,
                    "tokens_per_s": total * new / seconds, "mean_length": float(new), "repeats": 1,
                    "threads": torch.get_num_threads(), "peak_mb": peak,
                    "peak_over_weights_mb": None if peak is None else peak - weights_mb})
             print(f"[throughput] N={n:4d} {engine:14s} {total / seconds:9.1f} samples/s "
-                  f"{total * new / seconds:10.0f} tokens/s  {seconds:6.1f} s  peak {peak or 0:8.0f} MB", flush=True)
+                  f"{total * new / seconds:10.0f} tokens/s  {seconds:6.1f} s  peak {peak or 0:8.0f} MB "
+                  f"(plan: weights + KV {plan:8.0f} MB)", flush=True)
             del out
     return info
 
 
-RUNNERS = {"train": piece_train, "throughput": piece_throughput}
+RUNNERS = {"train": piece_train, "memory": piece_memory, "throughput": piece_throughput}
 
 
 # --------------------------------------------------------------------------------------------------- driver
+
+def travelling_files(root: Path, carry=(), skip=()) -> dict[str, int]:
+    """{path relative to ``root``: bytes} of what travels to the device host: git's tracked and untracked files
+    that are not ignored, plus every file under the ``carry`` paths (ignored folders named to travel); without
+    git (the copy on the host) every file under ``root`` travelled. ``skip``: folders left out (the check's
+    own output and work folders)."""
+    root = Path(root).resolve()
+    skip = [Path(x).resolve() for x in skip]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                             capture_output=True, check=True).stdout.decode()
+        paths = [root / f for f in out.split("\0") if f]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [p for p in root.rglob("*") if not p.is_dir() or p.is_symlink()]
+    for c in carry:
+        c = root / c
+        if c.is_dir():
+            paths += [p for p in c.rglob("*") if not p.is_dir() or p.is_symlink()]
+        elif c.exists():
+            paths.append(c)
+    sizes = {}
+    for p in paths:
+        if any(p.resolve().is_relative_to(s) for s in skip) or not (p.exists() or p.is_symlink()):
+            continue
+        sizes[str(p.relative_to(root))] = p.lstat().st_size
+    return sizes
+
+
+def tree_problem(root: Path, carry=(), skip=(), limit_mib: float = MAX_TREE_MIB) -> tuple[float, str | None]:
+    """(MiB that travel, None) or, over ``limit_mib``, the refusal naming the largest files."""
+    sizes = travelling_files(root, carry, skip)
+    mib = sum(sizes.values()) / 2**20
+    if mib <= limit_mib:
+        return mib, None
+    top = sorted(sizes.items(), key=lambda kv: -kv[1])[:8]
+    return mib, (f"the tree that travels to the GPU host is {mib:.1f} MiB, over its {limit_mib:g} MiB: largest "
+                 + ", ".join(f"{k} ({v / 2**20:.1f} MiB)" for k, v in top)
+                 + ". Git-ignore them (.gitignore: *.gguf, model folders) or move them out of the tree.")
+
 
 def run_piece(name: str, work: Path, opts: dict, limit: float | None) -> dict:
     """Run one piece in a child process (killed after ``limit`` seconds, if given); its row."""
@@ -283,15 +412,17 @@ def summary_md(report: dict) -> str:
              f"Throughput: {tp.get('model', '?')}, {tp.get('dtype', '?')}, {report['new_tokens']} new tokens per "
              f"sample (no end token), {report['prompt_len']}-token prompts, {report['total']} samples per cell "
              f"(piece {tp['status']}).", "",
-             "| N | prompts | engine | samples/s | tokens/s | s | peak GPU MB | over weights MB | status |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| N | prompts | engine | samples/s | tokens/s | s | peak GPU MB | plan: weights + KV MB | "
+             "over weights MB | status |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["throughput"]:
         if r["status"] == "ok":
             mb = ("-", "-") if r["peak_mb"] is None else (f"{r['peak_mb']:,.0f}", f"{r['peak_over_weights_mb']:,.0f}")
             lines.append(f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | {r['samples_per_s']:,.1f} | "
-                         f"{r['tokens_per_s']:,.0f} | {r['seconds']:.1f} | {mb[0]} | {mb[1]} | ok |")
+                         f"{r['tokens_per_s']:,.0f} | {r['seconds']:.1f} | {mb[0]} | {r['plan_mb']:,.0f} | {mb[1]} "
+                         "| ok |")
         else:
-            lines.append(f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | | | | | | {r['status']}: "
+            lines.append(f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | | | | | | | {r['status']}: "
                          f"{r.get('reason', '')} |")
     rat = ratios([r for r in report["throughput"] if r["status"] == "ok"])
     lines += ["", "Samples/s at the largest N over the smallest measured: "
@@ -305,9 +436,19 @@ def summary_md(report: dict) -> str:
                      + ", generation rounds " + ", ".join(str(x["generation_rounds"]) for x in st)
                      + ", dynamic-sampling pass rate " + ", ".join(f"{x['dynamic_sampling_pass_rate']:.2f}" for x in st)
                      + (f"; peak GPU memory {tr['cuda_peak_mb']:,.0f} MB" if tr["cuda_peak_mb"] else "")
+                     + f" (memory plan: {tr['plan_mb']:,.0f} MB)"
                      + f"; {tr['seconds']:.0f} s with the toy model's training.")
     else:
         lines.append(f"RL steps: {tr['status']}: {tr.get('error', '')}")
+    mem = report["pieces"].get("memory", {})
+    lines += ["", f"Memory plan beside measured peaks (forward + backward + AdamW step + forward + backward; "
+              f"{mem.get('measure', '?')}; piece {mem.get('status', '?')}"
+              + (f": {mem['error']}" if mem.get("error") else "") + ").", "",
+              "| model | micro | tokens | checkpointing | plan MiB | measured MiB | error % |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['micro_batch']} | {r['seq_len']} | {r['checkpointing']} | "
+              f"{r['predicted_mib']:,.0f} | {r['measured_mib']:,.0f} | {r['error_pct']:+.1f} |"
+              for r in mem.get("rows", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -319,15 +460,27 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=None, help="seconds for the whole check (GPU 450; 0: none)")
     p.add_argument("--total", type=int, default=None, help="samples per throughput cell (>= 512; default 512)")
     p.add_argument("--new-tokens", type=int, default=None, help="new tokens per sample (GPU 1024, CPU 8)")
+    p.add_argument("--carry", action="append", default=None,
+                   help="an ignored path that travels with the tree (repeat; default .gpu-wheels)")
+    p.add_argument("--tree-only", action="store_true", help="only add up the tree that travels, then exit")
     p.add_argument("--piece", choices=PIECES, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    work = Path(args.work or tempfile.mkdtemp(prefix="brorl-gpu-check-"))
-    work.mkdir(parents=True, exist_ok=True)
     if args.piece:  # child process
+        work = Path(args.work)
         opts = json.loads((work / f"{args.piece}.in.json").read_text())
         out = RUNNERS[args.piece](work, opts)
         (work / f"{args.piece}.out.json").write_text(json.dumps(out, default=str))
         return 0
+    skip = [x for x in (args.out, args.work) if x]
+    mib, problem = tree_problem(ROOT, [".gpu-wheels"] if args.carry is None else args.carry, skip)
+    if problem:
+        print(f"[gpu_check] refused: {problem}", file=sys.stderr)
+        return 2
+    print(f"[gpu_check] the tree that travels: {mib:.1f} MiB (limit {MAX_TREE_MIB} MiB)", flush=True)
+    if args.tree_only:
+        return 0
+    work = Path(args.work or tempfile.mkdtemp(prefix="brorl-gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
 
     t_start, mode = time.time(), "cpu" if args.cpu else "gpu"
     opts = {**PROFILES[mode], "cpu": args.cpu}
@@ -343,12 +496,14 @@ def main(argv=None) -> int:
     pieces = {}
     for name in PIECES:
         left = None if deadline is None else deadline - time.time()
-        limit = None if left is None else (min(left, TRAIN_LIMIT_S) if name == "train" else left)
+        cap = {"train": TRAIN_LIMIT_S, "memory": MEMORY_LIMIT_S}.get(name)
+        limit = None if left is None else (min(left, cap) if cap else left)
         pieces[name] = (run_piece(name, work, {**opts, "deadline": deadline}, limit) if limit is None or limit > 0
                         else {"piece": name, "seconds": 0.0, "status": "skipped", "error": "time guard: no time left"})
         row = pieces[name]
         print(f"[gpu_check] {name}: {row['status']} ({row['seconds']:.1f} s) {row.get('error', '')}", flush=True)
-    report = {"mode": mode, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start)),
+    report = {"tree_mib": round(mib, 1), "mode": mode,
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t_start)),
               "seconds": time.time() - t_start, "versions": versions(), "pieces": pieces,
               "throughput": throughput_rows(work), **{k: opts[k] for k in ("total", "new_tokens", "prompt_len",
                                                                           "budget")}}
@@ -366,7 +521,8 @@ def main(argv=None) -> int:
     (out / "summary.md").write_text(text)
     print("\n" + text + f"\nresults in {out}")
     # every piece wrote its numbers (a throughput piece ended by the time guard keeps the cells it measured)
-    ran = pieces["train"]["status"] == "ok" and pieces["throughput"]["status"] in ("ok", "timeout")
+    ran = all(pieces[k]["status"] == "ok" for k in ("train", "memory")) and pieces["throughput"]["status"] in (
+        "ok", "timeout")
     return 0 if ran and ok_rows else 1
 
 

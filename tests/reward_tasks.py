@@ -67,3 +67,12 @@ def rendezvous(folder: str, n: int, limit: float) -> float:
             return 1.0
         time.sleep(0.01)
     return 0.0
+
+
+def budget_above(marker: str, threshold: float) -> float:
+    """Time out on the first attempt (it leaves ``marker`` behind); on the retry, 1.0 if the worker's soft deadline
+    left for this attempt is above ``threshold`` seconds (the retry got a longer budget), else 0.0."""
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        time.sleep(3600)
+    return 1.0 if signal.getitimer(signal.ITIMER_REAL)[0] > threshold else 0.0

@@ -36,3 +36,29 @@ def test_the_name_lists_are_the_catalog_and_the_paper_tables_columns():
     for table, names in (("table3", catalog.MATH_BENCHMARKS), ("table4", catalog.CODE_BENCHMARK_NAMES),
                          ("table5", catalog.RG_CATEGORIES)):
         assert tuple(c for c in ref[table]["columns"] if c not in METHOD_COLUMNS) == names, table
+
+
+def test_every_hub_source_of_the_paper_profile_is_pinned_to_a_commit():
+    """Issue 27, defect 2: Minerva, OlympiadBench, IFEval and DeepScaleR had no commit, so a real paper run stopped
+    with a pin error before any job. Every hub benchmark, training source and checkpoint of config/paper.yaml now
+    names a full commit (the evidence sits beside each value and in docs/profiles.md)."""
+    import yaml
+
+    from brorl.config import PROJECT_ROOT
+    from brorl.data.pins import pinned_commit
+
+    cfg = yaml.safe_load((PROJECT_ROOT / "config/paper.yaml").read_text())
+    revisions = cfg["evaluation"]["revisions"]
+    hub_benchmarks = [b for b in cfg["evaluation"]["benchmarks"] if not catalog.benchmark_spec(b).generated]
+    assert {"minerva", "olympiadbench", "ifeval"} <= set(hub_benchmarks)
+    assert {b: pinned_commit(revisions.get(b)) for b in hub_benchmarks} == {b: revisions[b] for b in hub_benchmarks}
+    data = cfg["rl"]["data"]
+    hub_sources = [s for s in data["sources"] if not catalog.TRAIN_SOURCES[s].generated]
+    assert "deepscaler" in hub_sources
+    assert all(pinned_commit(data["revisions"].get(s)) for s in hub_sources), data["revisions"]
+    for name, spec in cfg["checkpoints"]["fetch"].items():
+        assert pinned_commit(spec["revision"], spec.get("commit")), name
+    assert cfg["checkpoints"]["allow_unpinned"] is False
+    assert (revisions["minerva"], revisions["olympiadbench"], revisions["ifeval"], data["revisions"]["deepscaler"]) == (
+        "ee46ddc498933b1977577953250ca5c66be64f96", "91184b52131e7fc9455fef848035173aea8cc01a",
+        "966cd89545d6b6acfd7638bc708b98261ca58e84", "b6ae8c60f5c1f2b594e2140b91c49c9ad0949e29")

@@ -267,8 +267,8 @@ def test_bad_stand_in_layout(tmp_path: Path, dest: Path) -> None:
 
 
 def test_paper_models(tmp_path: Path) -> None:
-    """The paper's checkpoints are pinned: the stand-in must hold the pinned commits; a moved branch is refused
-    naming both commits; v1 (only a prefix of its commit is known) is refused unless unpinned fetches are allowed."""
+    """The paper's checkpoints are pinned: the stand-in must hold the pinned commits; v1 (only a prefix of its commit
+    is known) is refused unless unpinned fetches are allowed; a moved branch still fetches the pinned commit."""
     models = catalog.PAPER_MODELS
     assert (models["prorl"]["revision"], models["prorl"]["commit"]) == (
         "main", "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0")
@@ -282,20 +282,43 @@ def test_paper_models(tmp_path: Path) -> None:
     a = fetch_paper_model("prorl", root=root, source=hub)
     b = fetch_paper_model("brorl-released", root=root, source=hub)
     assert (a["commit"], b["commit"]) == (models["prorl"]["commit"], models["brorl-released"]["commit"])
-    with pytest.raises(PinError, match="not pinned to a commit: prorl-v1 \\(v1\\)"):
+    v1_page = f"https://huggingface.co/{REPO}/commits/v1"
+    with pytest.raises(PinError, match=rf"not pinned to a commit: prorl-v1 \(v1; its commits: {v1_page}\)"):
         fetch_paper_model("prorl-v1", root=root, source=hub)
     assert fetch_paper_model("prorl-v1", root=root, source=hub, allow_unpinned=True)["commit"].startswith("b8904889")
     folder = root / "resources" / "models"
     assert_no_leftovers(folder, "prorl", "prorl.manifest.json", "brorl-released", "brorl-released.manifest.json",
                         "prorl-v1", "prorl-v1.manifest.json")
-    # main moves (v2 -> v3): the pinned fetch is refused before any download, naming both commits
-    write_local_snapshot(hub, REPO, "main", COMMIT_NEW, model_files(3))
-    shutil.rmtree(folder / "prorl")
-    (folder / "prorl.manifest.json").unlink()
-    with pytest.raises(PinError) as err:
-        fetch_paper_model("prorl", root=root, source=hub)
-    assert models["prorl"]["commit"] in str(err.value) and COMMIT_NEW in str(err.value)
-    assert not (folder / "prorl").exists()
+    assert a["branch"] == {"revision": "main", "commit": models["prorl"]["commit"], "moved": False}
+
+
+def test_a_moved_branch_still_fetches_the_pinned_commit(tmp_path: Path, caplog) -> None:
+    """Issue 27: NVIDIA moves `main` (v2 -> v3); the pinned commit is still on the hub, so the fetch downloads it
+    (revision=commit), warns that the branch moved, and records the pinned commit. Before, this was refused."""
+    pinned = catalog.PAPER_MODELS["prorl"]["commit"]
+    hub = tmp_path / "hub"
+    write_local_snapshot(hub, REPO, pinned, pinned, model_files(0))  # the old commit, still downloadable
+    write_local_snapshot(hub, REPO, "main", COMMIT_NEW, model_files(3))  # where main points now
+    root = tmp_path / "project"
+    with caplog.at_level("WARNING", logger="brorl.data.hub"):
+        got = fetch_paper_model("prorl", root=root, source=hub)
+    assert got["status"] == "downloaded" and got["commit"] == pinned and got["revision"] == "main"
+    assert got["branch"] == {"revision": "main", "commit": COMMIT_NEW, "moved": True}
+    assert f"now points to commit {COMMIT_NEW}, not to the pinned {pinned}" in caplog.text
+    folder = root / "resources" / "models" / "prorl"
+    assert snapshot_state(folder).keys() == model_files(0).keys()
+    assert (folder / "model.safetensors").read_bytes() == model_files(0)["model.safetensors"]  # v2's, not v3's
+    manifest = json.loads((folder.parent / "prorl.manifest.json").read_text())
+    assert (manifest["revision"], manifest["commit"]) == ("main", pinned)
+    # a branch that is gone is only a warning too
+    shutil.rmtree(hub / REPO / "main")
+    shutil.rmtree(folder)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="brorl.data.hub"):
+        again = fetch_paper_model("prorl", root=root, source=hub)
+    assert again["status"] == "restored" and again["commit"] == pinned
+    assert again["branch"] == {"revision": "main", "commit": None, "moved": True}
+    assert "could not read branch 'main'" in caplog.text
 
 
 def test_pinned_commit_rules(hub: Path, dest: Path) -> None:
@@ -306,14 +329,22 @@ def test_pinned_commit_rules(hub: Path, dest: Path) -> None:
     with pytest.raises(PinError, match="disagree"):
         data_hub.pinned_commit(COMMIT_MAIN, COMMIT_BRORL)
     sources = {"aime24": ("main", None), "aime25": (COMMIT_MAIN, None), "prorl": ("main", COMMIT_MAIN)}
-    with pytest.raises(PinError, match=r"not pinned to a commit: aime24 \(main\)\. Set it"):
+    page = "https://huggingface.co/datasets/HuggingFaceH4/aime_2024/commits/main"
+    with pytest.raises(PinError, match=rf"not pinned to a commit: aime24 \(main; its commits: {page}\)\. Set it"):
         data_hub.unpinned(sources, allow=False, how="Set it")
     assert data_hub.unpinned(sources, allow=True, how="") == ["aime24"]
-    # a manifest of another commit is not accepted for a pinned request: the pin is checked against the source
+    hint = data_hub.pin_hint("evaluation.revisions.minerva")
+    assert "--config 'evaluation={revisions: {minerva: <40-hex commit>}}'" in hint and "allow_unpinned" in hint
+    # a manifest of another commit is not accepted for a pinned request: the pinned commit itself is fetched
     fetch_model(REPO, "main", dest, source=hub)
-    with pytest.raises(PinError, match=f"resolves to commit {COMMIT_MAIN}.*pinned commit is {COMMIT_BRORL}"):
-        fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_BRORL)
+    got = fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_BRORL)
+    assert (got["status"], got["commit"], got["branch"]["moved"]) == ("replaced", COMMIT_BRORL, True)
+    assert (dest / "model.safetensors").read_bytes() == model_files(1)["model.safetensors"]
+    got = fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_MAIN)
+    assert (got["status"], got["commit"], got["branch"]["moved"]) == ("replaced", COMMIT_MAIN, False)
     assert fetch_model(REPO, "main", dest, source=hub, commit=COMMIT_MAIN)["status"] == "verified"
+    with pytest.raises(FetchError, match=f"no revision '{COMMIT_NEW}'"):  # a pin the source does not hold
+        fetch_model(REPO, "main", dest.parent / "other", source=hub, commit=COMMIT_NEW)
 
 
 # ------------------------------------------------------------------ leftovers and strict verification --
@@ -539,10 +570,18 @@ def test_paper_profile_refuses_unpinned_sources_unless_allowed_and_says_so_in_ml
 
     refused = fetch_cli({"revision": "main"})
     assert refused.returncode != 0 and not (tmp_path / "models/prorl").exists()
-    assert "not pinned to a commit: prorl (main)" in refused.stderr
+    page = f"https://huggingface.co/{REPO}/commits/main"
+    assert f"not pinned to a commit: prorl (main; its commits: {page})" in refused.stderr
     assert "checkpoints.fetch.prorl.commit" in refused.stderr and "checkpoints.allow_unpinned" in refused.stderr
+    # the branch moved on (main is at COMMIT_MAIN, the pin is COMMIT_BRORL): the pinned commit is fetched, with a
+    # warning naming both commits and the run tagged branch_moved
     moved = fetch_cli({"revision": "main", "commit": COMMIT_BRORL})
-    assert moved.returncode != 0 and COMMIT_MAIN in moved.stderr and COMMIT_BRORL in moved.stderr
+    assert moved.returncode == 0, moved.stderr[-2000:]
+    said = moved.stdout + moved.stderr
+    assert f"branch main of {REPO} now points to {COMMIT_MAIN}, not to the pinned {COMMIT_BRORL}" in said
+    assert json.loads((tmp_path / "models/prorl.manifest.json").read_text())["commit"] == COMMIT_BRORL
+    (tmp_path / "models/prorl.manifest.json").unlink()
+    shutil.rmtree(tmp_path / "models/prorl")
     assert fetch_cli({"revision": "main"}, profile="ci").returncode == 0  # only the paper profile insists
     (tmp_path / "models/prorl.manifest.json").unlink()
     shutil.rmtree(tmp_path / "models/prorl")
@@ -553,8 +592,11 @@ def test_paper_profile_refuses_unpinned_sources_unless_allowed_and_says_so_in_ml
     runs = mlflow.MlflowClient(tracking["uri"]).search_runs(
         [mlflow.MlflowClient(tracking["uri"]).get_experiment_by_name("pins").experiment_id],
         order_by=["attributes.start_time ASC"])
-    assert [r.data.tags.get("unpinned_sources") for r in runs if r.info.status == "FINISHED"] == [
-        "prorl", None, "prorl"]  # the ci run, the pinned one, the allowed one (its param says allow_unpinned too)
+    finished = [r for r in runs if r.info.status == "FINISHED"]
+    assert [r.data.tags.get("unpinned_sources") for r in finished] == [
+        None, "prorl", None, "prorl"]  # moved, the ci run, the pinned one, the allowed one (param allow_unpinned)
+    assert finished[0].data.tags["branch_moved"] == f"main -> {COMMIT_MAIN}; fetched the pinned {COMMIT_BRORL}"
+    assert "branch_moved" not in finished[2].data.tags
     assert runs[-1].data.params["allow_unpinned"] == "True"
 
 
@@ -629,19 +671,23 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     out = run.stdout + run.stderr
     assert run.returncode != 0 and "HF_TOKEN" in out and "do not reveal examples" in out
     assert "Finished job" not in out and not (work / "logs").exists() and not (work / "resources").exists()
-    # an unpinned source is refused the same way (before any job), naming the key that pins it
-    run = _snakemake(["--cores", "1", "--configfile", paper, "--", "results/data/benchmarks/minerva/test.jsonl"],
-                     work, env)
+    # an unpinned source (here: an overlay that puts minerva back on its branch) is refused the same way (before any
+    # job), naming the key that pins it, the page listing its commits and the one-run override
+    (tmp_path / "unpinned.yaml").write_text("evaluation:\n  revisions:\n    minerva: main\n")
+    run = _snakemake(["--cores", "1", "--configfile", paper, str(tmp_path / "unpinned.yaml"), "--",
+                      "results/data/benchmarks/minerva/test.jsonl"], work, env)
     out = run.stdout + run.stderr
-    assert run.returncode != 0 and "not pinned to a commit: minerva (main)" in out
+    assert run.returncode != 0, out[-3000:]
+    assert ("not pinned to a commit: minerva (main; its commits: "
+            "https://huggingface.co/datasets/math-ai/minervamath/commits/main)") in out
     assert "evaluation.revisions.minerva" in out and "checkpoints.allow_unpinned" in out
+    assert "--config 'evaluation={revisions: {minerva: <40-hex commit>}}'" in out
     assert "Finished job" not in out and not (work / "logs").exists() and not (work / "results").exists()
 
     plan = _snakemake(["-n", "--configfile", paper], work, env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     assert "WARNING (a real run stops here)" in plan.stderr and "HF_TOKEN" in plan.stderr
-    assert "not pinned to a commit: deepscaler (main)" in plan.stderr  # a dry run only warns
-    assert "not pinned to a commit: aime25" not in plan.stderr and "not pinned to a commit: prorl" not in plan.stderr
+    assert "not pinned to a commit" not in plan.stderr  # issue 27: every hub source of the paper profile is pinned
     dvc = next(line for line in plan.stdout.splitlines() if "brorl dvc-track" in line)
     tracked = dvc.split("brorl dvc-track ")[1].split(" --push")[0].split()
     assert "results/data" in tracked and "results/eval" in tracked

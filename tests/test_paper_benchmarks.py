@@ -394,7 +394,33 @@ def test_math_process_results_scores_hand_written_completions(prepared):
     # Equivalent forms of a gold answer count (math-verify), e.g. 0.5 for \frac{1}{2}.
     doc = records(prepared["data"], "math500")[1]
     assert paper_utils.score_math(doc, ["\\boxed{0.5}", "\\boxed{\\dfrac{1}{2}}", "\\boxed{2}"]) == [1.0, 1.0, 0.0]
-    assert paper_utils.score_math({"id": "x"}, ["\\boxed{1}"]) == [0.0]  # a doc without a gold answer
+    assert paper_utils.score_math({"id": "x"}, ["\\boxed{1}"]) == [0.0]  # a doc without a gold answer (warned)
+
+
+def test_math_scorer_follows_the_training_rule():
+    """The lm-eval math scorer is the training reward: a list of values in one box or an inexact decimal does not
+    pay in evaluation either (issue 30)."""
+    doc = {"id": "x", "answer": "13"}
+    assert paper_utils.score_math(doc, ["\\boxed{12 \\vee 13}", "\\boxed{12 13}", "\\boxed{１３}", "\\boxed{13}"]) == [
+        0.0, 0.0, 1.0, 1.0]
+    assert paper_utils.score_math({"id": "y", "answer": "\\frac{1}{2}"}, ["\\boxed{0.5000001}"]) == [0.0]
+
+
+def test_evaluation_retries_a_timed_out_answer_with_a_long_budget():
+    """Evaluation is off the training's critical path: a right answer that runs out of the pool's deadline (10 ms
+    here, far below the ~1.3 s of sympy the Basel sum takes) is verified again with EVAL_RETRY_TIMEOUT (60 s) and
+    pays; training would count it as a timeout."""
+    from brorl import rewards
+
+    basel = "\\boxed{\\sum_{n=1}^{\\infty} \\frac{1}{n^2}}"
+    rewards.configure(num_workers=1, timeout=0.01)
+    try:
+        assert paper_utils.score_math({"id": "b", "answer": "\\frac{\\pi^2}{6}"}, [basel, "\\boxed{2}"]) == [1.0, 0.0]
+        stats = rewards.get_default_pool().stats
+        assert stats.timed_out_tasks >= 1 and stats.cache_hits == 0
+    finally:
+        rewards.configure()
+        rewards.close()
 
 
 @pytest.mark.parametrize("text,letter", [
@@ -404,6 +430,7 @@ def test_math_process_results_scores_hand_written_completions(prepared):
     ("<think>The answer is A.</think> The answer is \\boxed{B}", "B"),
     ("<think>\\boxed{A}</think> I am not sure.", None), ("\\boxed{42}", None), ("Answer: Carbon", None),
     ("A", None), ("", None), (None, None), (7, None),
+    ("<answer><answer>C</answer></answer>", "C"),  # nested tags: the Reasoning Gym reward's rule (issue 30)
 ])
 def test_gpqa_letter_extraction_rule(text, letter):
     assert paper_utils.extract_choice_letter(text) == letter

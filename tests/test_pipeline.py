@@ -398,10 +398,15 @@ def test_study_summary_names_its_runs_and_every_axis_ran(project):
     pc16 = json.loads((work / "results/study/factorial_8s/n16/seed0/summary.json").read_text())
     assert pc16["prompts_per_step"] == [16] and pc16["steps"] == 1 and pc16["generated_samples"] == 256
     for section in ("## BroRL's comparison", "## The 2x2 factorial", "| interaction |", "## The compute budget",
-                    "| paper_comparison | 2x | 512 |", "## The premise", "It **cannot test"):
+                    "| paper_comparison | 2x | 512 |", "## The premise", "Not resolved or not testable:",
+                    "| claim | what was compared | Δ | seed-level p | prompt-level p | reading |"):
         assert section in md, section
     assert (work / "results/study/budget.png").exists() and (work / "results/study/saturation.png").exists()
-    assert any(f"**{v}**" in md for v in ("won", "lost", "tied")) and "settings, lost in" in md
+    assert any(f"**{v}**" in md for v in ("won", "lost", "tied", "not testable")) and "settings, lost in" in md
+    seeds = pd.read_csv(work / "results/study/seeds.csv")  # per-seed values, the unit of every test
+    assert len(seeds) == sum(len(r.runs.split()) for r in frame.itertuples())
+    verdicts = pd.read_csv(work / "results/study/verdicts.csv")
+    assert set(frame.setting) <= set(verdicts.comparison)
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
     for row in frame.itertuples():
         for run_id in row.runs.split():

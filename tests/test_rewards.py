@@ -110,7 +110,10 @@ def test_extract_boxed_is_linear_on_huge_inputs():
         ("... so the final answer is $\\frac{1}{2}$.", ("raw", "$\\frac{1}{2}$")),
         ("Therefore, the answer is 42.", ("boxed", "42")),
         ("Answer: 7\nDone", ("boxed", "7")),
-        ("we get 3 apples, then 1,250 more", ("boxed", "1250")),
+        ("we get 3 apples, then 1,250 more", ("boxed", "1250")),  # prose between two numbers: the last
+        ("we get 3, 1,250", None),  # a list on the answer's line: neither is the answer
+        ("so 3 + 4 = 7", ("boxed", "7")),  # a true computation states its value
+        ("so 3 + 4 = 8", None),
         ("nothing numeric", None),
         ("", None),
         (None, None),
@@ -532,6 +535,41 @@ def test_slow_correct_answer_scores_once_the_machine_is_free(tmp_path, cache_tim
             assert score() == [1.0] and p.stats.tasks == tasks  # a real answer is cached
 
 
+def test_a_retry_gets_a_longer_deadline(tmp_path):
+    """Issue 30: a right answer that needs more than the soft limit twice on a loaded machine (the Basel sum, an
+    integral) was scored 0.0. The retry's deadline is ``retry_timeout_factor`` times the first: the task sees
+    more than the first attempt's whole soft budget (1.6 s) left when its retry starts."""
+    with RewardPool(num_workers=1, timeout=2.0, retry_timeout_factor=2.0) as p:
+        assert p._run([(T.budget_above, (str(tmp_path / "tried"), 1.6))]) == [1.0]
+        assert (p.stats.timeouts, p.stats.retries, p.stats.timed_out_tasks) == (1, 1, 0)
+    with RewardPool(num_workers=1, timeout=2.0, retry_timeout_factor=1.0) as p:  # the old behaviour
+        assert p._run([(T.budget_above, (str(tmp_path / "tried-again"), 1.6))]) == [0.0]
+    with pytest.raises(ValueError, match="retry_timeout_factor"):
+        RewardPool(num_workers=1, retry_timeout_factor=0.5)
+
+
+BASEL = ("\\boxed{\\sum_{n=1}^{\\infty} \\frac{1}{n^2}}", "\\frac{\\pi^2}{6}")  # ~1.3 s of sympy on a quiet machine
+
+
+def test_a_timeout_is_reported_not_silent():
+    """An answer that runs out of time on every attempt scores 0.0 *as a timeout*: flagged in ``timeouts``, counted
+    in ``stats.timed_out_tasks``, logged by the TRL adapter as ``rewards/math_timeouts`` (and remembered, flagged
+    again); a wrong answer is not a timeout. 10 ms is far below what the sum takes on any machine."""
+    logged = []
+    with RewardPool(num_workers=1, timeout=0.01, retry_timeout_factor=2.0) as p:
+        flags: list = []
+        assert p.math_rewards([BASEL[0], BASEL[0]], [BASEL[1], BASEL[1]], timeouts=flags) == [0.0, 0.0]
+        assert flags == [True, True] and p.stats.timed_out_tasks == 1 and p.stats.retries == 1
+        fn = R.make_trl_math_reward(p)
+        kwargs = {**_trl_kwargs(), "log_metric": lambda name, value: logged.append((name, value))}
+        assert fn(prompts=["q"], completions=[BASEL[0]], answer=[BASEL[1]], **kwargs) == [0.0]
+        assert logged == [("rewards/math_timeouts", 1.0)] and p.stats.remembered_timeouts == 1
+    with RewardPool(num_workers=1, timeout=GENEROUS) as p:
+        flags = []
+        assert p.math_rewards([BASEL[0], "\\boxed{2}"], [BASEL[1], "3"], timeouts=flags) == [1.0, 0.0]
+        assert flags == [False, False] and p.stats.timed_out_tasks == 0
+
+
 def test_crashing_and_externally_killed_workers():
     with RewardPool(num_workers=2, timeout=30.0) as p:
         assert p.math_reward("\\boxed{1}", "1") == 1.0
@@ -637,13 +675,13 @@ def test_fork_and_interpreter_exit_leave_no_processes(tmp_path):
         def pids():
             return " ".join(map(str, R.get_default_pool().worker_pids + [fs._forkserver._forkserver_pid]))
         if __name__ == "__main__":
-            assert R.math_reward("\\boxed{3}", "3") == 1.0
+            assert R.math_reward("\\\\boxed{3}", "3") == 1.0
             parent_pids = pids()
             r, w = os.pipe()
             child = os.fork()
             if child == 0:
                 os.close(r)
-                ok = R.math_reward("\\boxed{5}", "5") == 1.0 and R.math_reward("\\boxed{5}", "6") == 0.0
+                ok = R.math_reward("\\\\boxed{5}", "5") == 1.0 and R.math_reward("\\\\boxed{5}", "6") == 0.0
                 os.write(w, (pids() + (" ok" if ok else " bad")).encode())
                 sys.exit(0)  # normal exit: atexit hooks run in the child too
             os.close(w)
@@ -687,7 +725,7 @@ def test_workers_do_not_reimport_main_script(tmp_path):
         print("MAIN-RAN", flush=True)
         p = RewardPool(num_workers=2, timeout={GENEROUS})
         assert p._run([(reward_tasks.hang, ())], timeout=0.5) == [0.0]  # forces replacement workers
-        assert p.math_rewards(["\\boxed{{2}}"] * 4, ["2", "2", "2", "3"]) == [1.0, 1.0, 1.0, 0.0]
+        assert p.math_rewards(["\\\\boxed{{2}}"] * 4, ["2", "2", "2", "3"]) == [1.0, 1.0, 1.0, 0.0]
         """
     ))
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=SUBPROCESS_LIMIT)

@@ -39,8 +39,10 @@ def _prime_row(i: int, ability: str, ground_truth: str) -> dict:
 
 
 # DeepScaleR has rows with an empty gold answer (its discussion #4: 6 samples; upstream math.json has ''), so the
-# stand-in has them too: '' and a blank one among the usable rows, and a null one.
-NO_GOLD = [("Find the value of $x$.", ""), ("Compute the sum.", "  "), ("What is the answer?", None)]
+# stand-in has them too: '' and a blank one among the usable rows, a null one, and non-finite numbers (a source
+# read through pandas writes NaN for a missing value).
+NO_GOLD = [("Find the value of $x$.", ""), ("Compute the sum.", "  "), ("What is the answer?", None),
+           ("What is the limit?", float("nan")), ("How far is it?", float("inf"))]
 
 
 def hub(root: Path) -> Path:
@@ -80,12 +82,12 @@ def test_splits_in_the_layout_the_stage_reads(prepared):
     assert counts == {"deepscaler": (4, 1), "eurus2_code": (3, 1), "reasoning_gym": (5, 1)}
     assert marker["sources"]["deepscaler"]["commit"] == COMMIT and "scp116k" in marker["left_out"]
     # the rows without a usable gold answer are skipped and counted per source (train_data.json)
-    assert marker["sources"]["deepscaler"]["skipped"] == {"no_gold": 3, "no_tests": 0}
+    assert marker["sources"]["deepscaler"]["skipped"] == {"no_gold": 5, "no_tests": 0}
     assert marker["sources"]["eurus2_code"]["skipped"] == {"no_gold": 0, "no_tests": 0}
     assert marker["sources"]["reasoning_gym"]["skipped"] == {}
     on_disk = json.loads((data / paper_data.MARKER).read_text())
-    assert on_disk["sources"]["deepscaler"]["skipped"]["no_gold"] == 3
-    assert any("deepscaler: 4 train / 1 validation (math reward), 3 rows skipped (no gold)" in m
+    assert on_disk["sources"]["deepscaler"]["skipped"]["no_gold"] == 5
+    assert any("deepscaler: 4 train / 1 validation (math reward), 5 rows skipped (no gold)" in m
                for m in prepared["log"])
     train, validation = read_split(data, "train"), read_split(data, "validation")
     assert len(train) == 12 and len(validation) == 3
@@ -114,7 +116,33 @@ def test_rerun_verifies_and_splits_are_stable(prepared):
     assert again["sources"]["deepscaler"]["raw_sha256"] == prepared["marker"]["sources"]["deepscaler"]["raw_sha256"]
 
 
+def test_evaluation_problems_are_removed_from_training(prepared, tmp_path):
+    """rl.data.dedup_against: problems of the evaluation file (one math problem written twice, differently spaced and
+    cased; one Reasoning Gym item) are dropped from every source before the split and counted; none is left."""
+    train = read_split(prepared["data"], "train") + read_split(prepared["data"], "validation")
+    rg = next(r for r in train if r["task"] == "reasoning_gym")
+    held = tmp_path / "reasoning_gym" / "test.jsonl"
+    held.parent.mkdir()
+    rows = [{"id": "e0", "problem": "  what is   $1 + 1$?", "answer": "2"}, {"id": "e1", "problem": rg["problem"], "answer": "x"}]
+    held.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    settings = {**SETTINGS, "dedup_against": ["reasoning_gym"]}
+    marker = paper_data.prepare_train_data(tmp_path / "data", settings, source=prepared["source"],
+                                           cache_dir=prepared["root"] / "cache", exclude=[held])
+    removed = {k: v["n_removed_in_evaluation"] for k, v in marker["sources"].items()}
+    same_rg = sum(1 for r in train if r["task"] == "reasoning_gym" and paper_data.problem_key(r) == paper_data.problem_key(rg))
+    assert removed == {"deepscaler": 1, "eurus2_code": 0, "reasoning_gym": same_rg}
+    after = read_split(tmp_path / "data", "train") + read_split(tmp_path / "data", "validation")
+    keys = {paper_data.problem_key(r) for r in rows}
+    assert len(after) == len(train) - 1 - same_rg and not any(paper_data.problem_key(r) in keys for r in after)
+    assert marker["dedup_against"] == {"reasoning_gym": str(held)}
+    with pytest.raises(ValueError, match="dedup_against names"):  # the file list must match the declared benchmarks
+        paper_data.prepare_train_data(tmp_path / "data3", settings, source=prepared["source"],
+                                      cache_dir=prepared["root"] / "cache")
+
+
 def test_settings_are_validated():
+    with pytest.raises(ValueError, match="dedup_against: unknown benchmarks"):
+        paper_data.TrainDataSettings.from_dict({"dedup_against": ["aime2099"]})
     with pytest.raises(ValueError, match="scp116k"):
         paper_data.TrainDataSettings.from_dict({"sources": ["scp116k"]})
     with pytest.raises(ValueError, match="unknown rl.data keys"):
@@ -132,6 +160,81 @@ def test_benchmarks_still_fail_on_an_empty_gold_answer(prepared, tmp_path):
     spec = replace(catalog.TRAIN_SOURCES["deepscaler"], skip_unusable_gold=False)
     with pytest.raises(bench_data.BenchmarkDataError, match=r"deepscaler deepscaler\.json#2: empty answer"):
         bench_data.prepare_benchmark("deepscaler", prepared["source"], tmp_path / "bench" / "test.jsonl", spec=spec)
+
+
+def test_benchmarks_refuse_a_non_finite_or_missing_gold_answer():
+    """A benchmark row whose gold answer is NaN, infinite or null stops the conversion, naming the row (a NaN used
+    to become the gold answer "nan")."""
+    from dataclasses import replace
+
+    from brorl.data import benchmarks as bench_data
+
+    spec = replace(catalog.TRAIN_SOURCES["deepscaler"], skip_unusable_gold=False)
+    for value in (float("nan"), float("inf"), None, [1, float("nan")]):
+        with pytest.raises(bench_data.BenchmarkDataError, match=r"deepscaler f\.json#4: (unusable|empty) answer"):
+            bench_data.convert_rows(spec, [("f.json", 4, {"problem": "p", "answer": value})], COMMIT)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Readers: a bad row names its file and line (issue 30, item 4)
+# --------------------------------------------------------------------------------------------------------------
+
+BAD_ROWS = [
+    ("{oops", r":2: not JSON: Expecting property name"),
+    ("[1, 2, 3]", r":2: a row must be a JSON object, not list"),
+    ('"text"', r":2: a row must be a JSON object, not str"),
+    ('{"id": "b", "answer": NaN}', r":2: NaN is not JSON"),
+    ('{"id": "b", "answer": Infinity}', r":2: Infinity is not JSON"),
+    ('{"id": "b", "answer": null}', r":2: the record's 'answer' is null"),
+    ('{"id": "b"}', r":2: the record has no 'answer'"),
+    ('{"id": "b", "answer": {"x": 1}}', r":2: the record's 'answer' is a dict"),
+]
+
+
+@pytest.mark.parametrize("line, message", BAD_ROWS)
+def test_record_readers_name_the_file_and_line(tmp_path, line, message):
+    """Every reader of the files the pipeline writes (tasks, benchmarks, training data) refuses a bad row with the
+    file and line; Python's json alone said "Expecting value: line 1 column 1 (char 0)" and accepted the rest."""
+    from brorl.data import benchmarks as bench_data
+    from brorl.data.jsonl import RecordError
+    from brorl.tasks.core import read_jsonl
+
+    path = tmp_path / "task" / "train.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"id": "a", "answer": "3"}\n' + line + "\n\n")
+    for reader in (read_jsonl, bench_data.read_records, lambda p: read_split(tmp_path, "train", ["task"])):
+        with pytest.raises(RecordError, match=str(path).replace(".", r"\.") + message):
+            reader(path)
+
+
+def test_source_rows_must_be_objects(tmp_path):
+    """A source's raw rows (JSON lines, a JSON list) must be objects; their values are the converter's business
+    (NaN is read, and judged by usable_gold)."""
+    from brorl.data import benchmarks as bench_data
+    from brorl.data.jsonl import RecordError
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"problem": "p", "answer": NaN}\n[1, 2, 3]\n')
+    with pytest.raises(RecordError, match=r"rows\.jsonl:2: a row must be a JSON object, not list"):
+        bench_data.read_table(rows)
+    rows.write_text('{"problem": "p", "answer": NaN}\n')
+    (row,) = bench_data.read_table(rows)
+    assert row["answer"] != row["answer"] and not bench_data.usable_gold(row["answer"])
+    listed = tmp_path / "rows.json"
+    listed.write_text('{"data": [{"problem": "p"}, 3]}')
+    with pytest.raises(bench_data.BenchmarkDataError, match=r"rows\.json: row 1 is a int, not an object"):
+        bench_data.read_table(listed)
+    listed.write_text("{not json")
+    with pytest.raises(bench_data.BenchmarkDataError, match=r"rows\.json: not JSON"):
+        bench_data.read_table(listed)
+
+
+def test_paper_rewards_refuse_a_math_record_without_gold():
+    """A math record without a gold answer is a caller's mistake, not a 0.0 (it used to score 0 silently)."""
+    record = {"id": "m1", "reward": "math", "task": "deepscaler"}
+    for gold in (None, float("nan"), ""):
+        with pytest.raises(ValueError, match="math record 'm1' has no usable gold answer"):
+            paper_data.paper_rewards([{**record, "answer": gold}], ["\\boxed{0}"])
 
 
 @pytest.mark.parametrize("batch_rows", [1, 2, 4096])

@@ -1,6 +1,7 @@
 """Command line of the pipeline: one sub-command per Snakemake rule (rules stay thin).
 
     brorl validate-config config/config.yaml config/strong.yaml
+    brorl memory-plan --configfile config/paper.yaml
     brorl theory-simulate  --config '<json>' --csv results/theory/simulation.csv ...
     brorl theory-figure3   --config '<json>' --csv ... --figure ... --summary-md ... --summary-csv ...
     brorl theory-sweep     --config '<json>' --csv ... --md ... --png ...
@@ -105,7 +106,7 @@ def _train_data(a, f):
 
     config = with_picked_tasks(_config(a), a.picked_tasks)  # before the run, which logs --config as given
     with _run(a):
-        f(config, a.out, a.cache, pins_required=_profile(a).pins_required)
+        f(config, a.out, a.cache, pins_required=_profile(a).pins_required, exclude=a.exclude)
 
 
 COMMANDS = {  # in `brorl --help` order
@@ -114,6 +115,11 @@ COMMANDS = {  # in `brorl --help` order
         "brorl.config:check_config_files", lambda a, f: f(a.files, each=a.each),
         opt("files", nargs="+", help="merged in order, as `snakemake --configfile FILE...` merges them"),
         opt("--each", action="store_true", help="check every file on its own instead"), run=None),
+    "memory-plan": cmd(
+        "per-GPU memory plan of every RL arm (rl.memory_plan; the config check refuses an arm that cannot fit)",
+        "brorl.training.memory:run_memory_plan", lambda a, f: f(a.configfile),
+        opt("--configfile", nargs="+", required=True, help="a base and its overlays, merged as snakemake merges them"),
+        run=None),
     "theory-simulate": cmd(
         "BroRL Fig. 3 simulation -> simulation.csv",
         "brorl.theory.report:run_theory_simulate", lambda a, f: f(_config(a), a.csv), *req("--csv")),
@@ -153,6 +159,11 @@ COMMANDS = {  # in `brorl --help` order
         "an N-scaling study arm: stages from --config, then held-out metrics", "brorl.study.heldout:run_study_arm",
         _arm, *_arm_flags("<setting>-n<N> (a label)", "task data folder (train pool, validation, test)",
                           "folder for metrics.csv, summary.json, heldout.json"), run="own"),
+    "study-tail-pool": cmd(
+        "the study's hard-tail training pool: fresh prompts scored at the start, those in (1/512, 1/16) kept",
+        "brorl.study.tail:run_study_tail_pool", lambda a, f: f(_config(a), a.model, a.exclude, a.out),
+        *req("--model", help="the start checkpoint"), *req("--exclude", help="the fixed pool (its prompts are not candidates)"),
+        *req("--out", help="results/study/data_tail")),
     "study-summary": cmd(
         "results/study/summary.md over every setting, N and seed", "brorl.study.report:run_study_summary",
         lambda a, f: f(_config(a), a.results, a.md, a.csv, a.png_delta, a.png_base, profile=_profile(a).name),
@@ -162,11 +173,17 @@ COMMANDS = {  # in `brorl --help` order
         "brorl.data.training:run_train_data", _train_data,
         *req("--out", help="results/data/rl: <source>/{train,validation}.jsonl + train_data.json"),
         opt("--cache", default="resources/data/rl", help="raw snapshots and converted records"),
-        opt("--picked-tasks", default=None, help="rg_difficulty's tasks table: train on its picked tasks"), run="own"),
+        opt("--picked-tasks", default=None, help="rg_difficulty's tasks table: train on its picked tasks"),
+        opt("--exclude", nargs="*", default=[], help="the evaluation files of rl.data.dedup_against, in its order"),
+        run="own"),
     "launch": cmd(
         "run a command on every GPU: accelerate launch (one node) or srun per node",
         "brorl.training.launch:main", lambda a, f: f(a), run=None,
         setup=lambda p: importlib.import_module("brorl.training.launch").add_arguments(p)),
+    "gpu-slot": cmd(
+        "run a command on GPUs of its own on one host (CUDA_VISIBLE_DEVICES from lock files; as is under SLURM)",
+        "brorl.gpu_slots:main", lambda a, f: f(a), run=None,
+        setup=lambda p: importlib.import_module("brorl.gpu_slots").add_arguments(p)),
     "train-summary": cmd(
         "results/train/summary.md over every arm and seed", "brorl.training.report:run_train_summary",
         lambda a, f: f(a.results, a.md, a.csv, a.png, prorl_dir=a.prorl, rl=_config(a)), *req("--results", help="results/train"),

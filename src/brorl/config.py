@@ -109,6 +109,10 @@ def cross_field_errors(config: dict) -> list[str]:
         errors += plan_errors(config["rl"], profile.trains_start)
         errors += _rl_start_errors(config, profile)
         errors += _launch_errors(config["rl"], profile)
+        if not errors:  # the memory plan builds every arm's RLSettings: only on a plan that is otherwise valid
+            from brorl.training.memory import memory_plan_errors
+
+            errors += memory_plan_errors(config)
     if isinstance(config.get("study"), dict):
         from brorl.study.plan import study_errors
 

@@ -30,6 +30,26 @@ TRACKING = json.dumps(config["tracking"], sort_keys=True)
 os.environ.update(BRORL_PROFILE=PROFILE.to_json(), BRORL_TRACKING=TRACKING)
 
 
+# GPU jobs on one host (profiles/local-gpu): Snakemake's `gpu` resource only counts, so when the run declares the
+# host's GPUs (--resources gpu=N) each GPU job's command runs under `brorl gpu-slot`, which takes the job's GPUs
+# out of the N and sets CUDA_VISIBLE_DEVICES (brorl.gpu_slots; under SLURM it leaves the scheduler's binding as
+# is). A run without the declaration (the CPU profiles, SLURM) keeps its commands and params unchanged:
+# GPU_SLOT goes before the command in the shell, **GPU_SLOT_PARAM into params.
+_GPU_TOTAL = workflow.global_resources.get("gpu")
+GPU_TOTAL = getattr(_GPU_TOTAL, "value", _GPU_TOTAL)
+GPU_SLOT = "{params.gpu_slot}" if GPU_TOTAL else ""
+
+
+def gpu_slot(wildcards, resources):
+    """The `brorl gpu-slot ... -- ` prefix of a job holding resources.gpu GPUs (params.gpu_slot; empty without)."""
+    from brorl.gpu_slots import shell_prefix
+
+    return shell_prefix(int(getattr(resources, "gpu", 0) or 0), GPU_TOTAL)
+
+
+GPU_SLOT_PARAM = {"gpu_slot": gpu_slot} if GPU_TOTAL else {}
+
+
 def as_json(section):
     """A config section as the JSON text a `brorl` command takes with --config."""
     return json.dumps(section, sort_keys=True)
@@ -122,4 +142,4 @@ def study_pool(wildcards):
 
 
 def study_pool_files(wildcards):
-    return TRAIN_DATA_FILES if study_pool(wildcards) == STUDY_POOLS["fixed"] else STUDY_POOL_FILES
+    return STUDY_POOL_INPUTS[study_arm_spec(wildcards)["pool"]]

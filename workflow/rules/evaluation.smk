@@ -81,6 +81,7 @@ if EVAL:
             cfg=as_json({k: v for k, v in config["evaluation"].items() if k not in ("benchmarks", "models", "revisions")}),
             benchmarks=eval_args,
             model_dir=lambda wildcards: EVAL_MODELS[wildcards.model],
+            **GPU_SLOT_PARAM,  # its own GPU on one host: vLLM engines side by side, one per GPU (common.smk)
         log:
             f"logs/eval/{EVAL_JOB}.log",
         benchmark:
@@ -90,6 +91,6 @@ if EVAL:
         conda:
             "../envs/brorl.yaml"
         shell:
-            "OMP_NUM_THREADS={threads} brorl evaluate --rule {params.rule} --config {params.cfg:q}"
+            f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}brorl evaluate --rule {{params.rule}} --config {{params.cfg:q}}"
             " --wildcard model={wildcards.model} --model {params.model_dir}"
             " {params.benchmarks} --cache resources/eval-cache 2>&1 | tee {log}"

@@ -4,7 +4,8 @@
 # earlier setting runs once, under that setting's name. Each rule calls one `brorl` command.
 import os
 
-from brorl.study.plan import POOLS, all_settings, arm_jobs, fresh_pool_tasks, late_start_stage, pools, stage_for, starts
+from brorl.study.plan import (POOLS, all_settings, arm_jobs, fresh_pool_tasks, late_start_stage, pools, premise_settings,
+                              premise_stage, stage_for, starts)
 
 STUDY = "study" in config
 STUDY_CFG = config.get("study", {})
@@ -22,9 +23,19 @@ STUDY_ARMS = [f"results/study/{setting}/n{n}/seed{seed}" for setting, n in STUDY
 STUDY_ARM_FILES = [f"{arm}/{name}" for arm in STUDY_ARMS for name in ("summary.json", "heldout.json")]
 STUDY_MODELS = [arm.replace("results/", "resources/", 1) for arm in STUDY_ARMS]
 STUDY_SUMMARY = ["results/study/summary.md", "results/study/summary.csv", "results/study/delta.png",
-                 "results/study/base.png", "results/study/budget.png", "results/study/saturation.png"] if STUDY else []
+                 "results/study/base.png", "results/study/budget.png", "results/study/saturation.png",
+                 "results/study/seeds.csv", "results/study/verdicts.csv"] if STUDY else []
 STUDY_POOL_FILES = [f"{POOLS['fresh']}/{task}/{split}.jsonl" for task in config.get("tasks", {}).get("tasks", [])
                     for split in ("train", "validation", "test")] + [f"{POOLS['fresh']}/tasks.json"] if PRORL_STAGE else []
+# issue 29: the premise test (continued N=16 with the slope stop; reported first) and the tail pool, when configured
+STUDY_PREMISE = premise_settings(STUDY_CFG) if STUDY else {}
+STUDY_PREMISE_FILES = [f"results/study/premise/seed{s}/{name}" for s in STUDY_PREMISE.get("seeds", [])
+                       for name in ("summary.json", "heldout.json")]
+STUDY_TAIL = STUDY_CFG.get("tail_pool") if STUDY and PROFILE.data == "tasks" else None
+STUDY_TAIL_FILES = ([f"{POOLS['tail']}/{task}/{split}.jsonl" for task in config["tasks"]["tasks"]
+                     for split in ("train", "validation", "test")] + [f"{POOLS['tail']}/tasks.json", f"{POOLS['tail']}/tail_pool.json"]
+                    if STUDY_TAIL else [])
+STUDY_POOL_INPUTS = {"fixed": TRAIN_DATA_FILES, "fresh": STUDY_POOL_FILES, "tail": STUDY_TAIL_FILES}
 STUDY_OUTPUTS = STUDY_SUMMARY + STUDY_MODELS
 
 
@@ -45,6 +56,58 @@ if STUDY and PRORL_STAGE:
             "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule}"
             " --config {params.cfg:q} --out {params.out} 2>&1 | tee {log}"
 
+if STUDY_TAIL:
+
+    rule study_tail_pool:
+        input:
+            model=STUDY_STARTS["plateau"],
+            data=TRAIN_DATA_FILES,
+        output:
+            STUDY_TAIL_FILES,
+        params:
+            cfg=as_json({"tasks": config["tasks"], "tail_pool": STUDY_TAIL}),
+            model=STUDY_FOLDERS.get("plateau"),
+            out=POOLS["tail"],
+        log:
+            "logs/study/tail_pool.log",
+        benchmark:
+            "logs/benchmarks/study_tail_pool.tsv"
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            "OMP_NUM_THREADS={threads} brorl study-tail-pool --rule {params.rule} --config {params.cfg:q}"
+            f" --model {{params.model}} --exclude {TRAIN_DATA_DIR} --out {{params.out}} 2>&1 | tee {{log}}"
+
+if STUDY_PREMISE:
+
+    rule study_premise:
+        input:
+            model=STUDY_STARTS["plateau"],
+            data=TRAIN_DATA_FILES,
+        output:
+            model=directory("resources/study/premise/seed{seed}"),
+            summary="results/study/premise/seed{seed}/summary.json",
+            heldout="results/study/premise/seed{seed}/heldout.json",
+        wildcard_constraints:
+            seed=r"\d+",
+        params:
+            cfg=as_json({"stages": [premise_stage(PROFILE, config["rl"], STUDY_CFG)],
+                         "heldout_k": STUDY_CFG.get("heldout_k"), **STUDY_HELDOUT}),
+        log:
+            "logs/study/premise/seed{seed}.log",
+        benchmark:
+            "logs/benchmarks/study_premise/seed{seed}.tsv"
+        threads: 1
+        conda:
+            "../envs/brorl.yaml"
+        shell:
+            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
+            " --config {params.cfg:q} --wildcard seed={wildcards.seed} --arm premise --seed {wildcards.seed}"
+            f" --init {STUDY_FOLDERS['plateau']}"
+            f" --data {TRAIN_DATA_DIR} --work resources/work/study/premise/seed{{wildcards.seed}}"
+            " --model-out {output.model} --results results/study/premise/seed{wildcards.seed} 2>&1 | tee {log}"
+
 if STUDY:
 
     rule study_start:
@@ -56,6 +119,7 @@ if STUDY:
             summary="results/study/prorl_late/summary.json",
         params:
             cfg=as_json({"stages": [late_start_stage(PROFILE, config["rl"], STUDY_CFG)], "heldout": False}),
+            **GPU_SLOT_PARAM,  # this job's GPUs on one host (common.smk)
         log:
             "logs/study/prorl_late.log",
         benchmark:
@@ -64,7 +128,7 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
+            f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}{ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
             " --config {params.cfg:q} --arm prorl_late --seed 0"
             f" --init {STUDY_FOLDERS['plateau']}"
             f" --data {TRAIN_DATA_DIR} --work resources/work/study/prorl_late --model-out {{output.model}}"
@@ -84,9 +148,11 @@ if STUDY:
             seed=r"\d+",
         params:
             cfg=lambda w: as_json({"stages": [stage_for(config["rl"], STUDY_CFG, w.setting, int(w.n), 0)],
-                                   "heldout_k": STUDY_CFG.get("heldout_k"), **STUDY_HELDOUT}),
+                                   "heldout_k": STUDY_CFG.get("heldout_k"), **STUDY_HELDOUT,
+                                   **({"train_pool": True} if study_arm_spec(w)["pool"] == "tail" else {})}),
             data=study_pool,
             init=study_init,
+            **GPU_SLOT_PARAM,  # this job's GPUs on one host (common.smk)
         log:
             "logs/study/{setting}/n{n}/seed{seed}.log",
         benchmark:
@@ -95,7 +161,7 @@ if STUDY:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
+            f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}{ARM_LAUNCH}brorl study-arm --rule {{params.rule}}"
             " --config {params.cfg:q} --wildcard setting={wildcards.setting}"
             " --wildcard n={wildcards.n} --wildcard seed={wildcards.seed} --arm {wildcards.setting}-n{wildcards.n}"
             " --seed {wildcards.seed} --init {params.init} --data {params.data}"
@@ -106,6 +172,8 @@ if STUDY:
     rule study_summary:
         input:
             STUDY_ARM_FILES,
+            STUDY_PREMISE_FILES,
+            STUDY_TAIL_FILES[-1:],  # tail_pool.json: the pool's counts
         output:
             md="results/study/summary.md",
             csv="results/study/summary.csv",
@@ -113,7 +181,9 @@ if STUDY:
             base=report("results/study/base.png", category="Study", caption="../report/study_base.rst"),
             budget=report("results/study/budget.png", category="Study", caption="../report/study_budget.rst"),
             saturation=report("results/study/saturation.png", category="Study",
-                              caption="../report/study_saturation.rst"),  # both written beside summary.md
+                              caption="../report/study_saturation.rst"),  # these four written beside summary.md
+            seeds="results/study/seeds.csv",  # per-seed values of every arm (the unit of every test)
+            verdicts="results/study/verdicts.csv",  # every comparison: seed-level test (decides), prompt-level
         params:
             cfg=as_json({"rl": config["rl"], "study": STUDY_CFG, "order": all_settings(STUDY_CFG)}),  # JSON sorts keys
         log:

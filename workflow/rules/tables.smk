@@ -109,6 +109,7 @@ if THROUGHPUT:
             png=report("results/figures/throughput.png", category="Paper tables", caption="../report/throughput.rst"),
         params:
             cfg=as_json(config.get("throughput", {})),
+            **GPU_SLOT_PARAM,  # its own GPU on one host (common.smk)
         log:
             "logs/tables/throughput.log",
         benchmark:
@@ -118,6 +119,6 @@ if THROUGHPUT:
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl throughput --rule {{params.rule}}"
+            f"{ALL_CORES}{GPU_SLOT}brorl throughput --rule {{params.rule}}"
             f" --config {{params.cfg:q}} --model {START_MODEL}"
             " --csv {output.csv} --md {output.md} --png {output.png} 2>&1 | tee {log}"

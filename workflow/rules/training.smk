@@ -6,6 +6,7 @@
 # same generated-sample budget, over the configured seeds. Stage work folders (resumable checkpoints) live in
 # resources/work/ and survive a killed job: rerunning the same `snakemake` command resumes there.
 from brorl.training.arms import plan, stage_config
+from brorl.data.benchmarks import benchmark_data_root
 from brorl.data.training import TrainDataSettings, hub_revisions
 from brorl.training.launch import processes_per_node
 
@@ -40,7 +41,7 @@ ARM_LAUNCH = "" if PRORL_STAGE else f"brorl launch --accelerate-config {ACCELERA
 ARM_THREADS = 1 if PRORL_STAGE or not TRAIN else min(workflow.cores, processes_per_node(None, ACCELERATE_CONFIG, os.environ))
 ARM_INIT = "{input.model}" if PRORL_STAGE else START_MODEL
 TRAIN_ARM_SHELL = (
-    f"OMP_NUM_THREADS={{threads}} {ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
+    f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}{ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
     " --config {params.cfg:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
     f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {ARM_INIT} --data {TRAIN_DATA_DIR}"
     " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
@@ -60,6 +61,8 @@ if PAPER_TRAIN_DATA:
                          lambda wc: hub_revisions(TrainDataSettings.from_dict(config["rl"]["data"])),
                          lambda wc: "rl.data.revisions.<source>"),
             RG_PICKED,
+            exclude=[f"{benchmark_data_root(b, bool(config.get('evaluation', {}).get('share_gated')))}/{b}/test.jsonl"
+                     for b in config["rl"]["data"].get("dedup_against", [])],  # evaluation problems kept out of training
         output:
             PAPER_TRAIN_DATA,
         params:
@@ -73,7 +76,7 @@ if PAPER_TRAIN_DATA:
             "../envs/brorl.yaml"
         shell:
             "brorl train-data --rule {params.rule} --config {params.cfg:q}"
-            f" --out results/data/rl --cache resources/data/rl{RG_PICKED_ARG} 2>&1 | tee {{log}}"
+            f" --out results/data/rl --cache resources/data/rl{RG_PICKED_ARG} --exclude {{input.exclude}} 2>&1 | tee {{log}}"
 
 if PRORL_STAGE:
 
@@ -116,6 +119,7 @@ if TRAIN:
             seed=r"\d+",
         params:
             cfg=lambda wildcards: as_json(stage_config(config["rl"], wildcards.arm)),
+            **GPU_SLOT_PARAM,  # this job's GPUs on one host (common.smk)
         log:
             "logs/train/{arm}/seed{seed}.log",
         benchmark:

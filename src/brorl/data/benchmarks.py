@@ -71,6 +71,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 from dataclasses import replace
@@ -78,7 +79,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from brorl.data import hub
+from brorl.data import hub, jsonl
 from brorl.data.catalog import RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
 from brorl.data.hub import ChecksumError, FetchError, Problem
 from brorl.data.reasoning_gym import (RG_INSTRUCTION, RG_SAMPLES_PER_TASK, RG_SEED, generate_reasoning_gym,
@@ -141,9 +142,9 @@ def default_snapshot_dir(dest: str | os.PathLike[str]) -> Path:
 # ----------------------------------------------------------------------------------------------- snapshot data
 
 def read_records(path: str | os.PathLike[str]) -> list[dict]:
-    """The records of a JSON-lines file (what :func:`prepare_benchmark` writes)."""
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of a JSON-lines file (what :func:`prepare_benchmark` writes): each a JSON object with a usable
+    ``answer``; anything else is a :class:`brorl.data.jsonl.RecordError` naming the file and line."""
+    return jsonl.read_records(path)
 
 
 def read_table(path: str | os.PathLike[str]) -> list[dict]:
@@ -155,15 +156,25 @@ def read_table(path: str | os.PathLike[str]) -> list[dict]:
 
         return pq.read_table(path).to_pylist()
     if suffix == ".jsonl":
-        return read_records(path)
+        return jsonl.read_rows(path)  # a source's raw rows: objects, whatever their columns
     if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise BenchmarkDataError(f"{path}: not JSON: {exc}") from None
         if isinstance(data, dict):
             for key in ("data", "rows", "test", "train"):
                 if isinstance(data.get(key), list):
-                    return data[key]
-            raise BenchmarkDataError(f"{path}: a JSON object without a list of rows")
-        return list(data)
+                    data = data[key]
+                    break
+            else:
+                raise BenchmarkDataError(f"{path}: a JSON object without a list of rows")
+        if not isinstance(data, list):
+            raise BenchmarkDataError(f"{path}: neither a list of rows nor an object holding one")
+        for i, row in enumerate(data):
+            if not isinstance(row, dict):
+                raise BenchmarkDataError(f"{path}: row {i} is a {type(row).__name__}, not an object ({str(row)[:60]})")
+        return data
     if suffix == ".csv":
         with open(path, encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f))
@@ -271,8 +282,13 @@ def select_rows(spec: BenchmarkSpec, path: str | os.PathLike[str],
 
 
 def usable_gold(value) -> bool:
-    """Whether a gold answer can be scored: not missing, empty, blank or NaN (DeepScaleR has ``''`` answers)."""
-    if isinstance(value, float) and value != value:
+    """Whether a gold answer can be scored: not missing, empty, blank, NaN or infinite (DeepScaleR has ``''``
+    answers); a list, when each of its elements is."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(usable_gold(v) for v in value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    if not isinstance(value, (str, int, float)):  # None, a mapping: no answer
         return False
     return gold_text(value) != ""
 
@@ -317,9 +333,12 @@ def _record_id(spec: BenchmarkSpec, rel: str, i: int, row: Mapping) -> str:
 def _math_record(spec, rel, i, row, source) -> dict:
     where = f"{spec.name} {rel}#{i}"
     problem = _text(_pick(row, spec.fields["problem"], "problem", where))
-    answer = gold_text(_pick(row, spec.fields["answer"], "answer", where))
-    if not problem or not answer:
-        raise BenchmarkDataError(f"{where}: empty {'problem' if not problem else 'answer'}")
+    raw = _pick(row, spec.fields["answer"], "answer", where)
+    if not usable_gold(raw):
+        raise BenchmarkDataError(f"{where}: {'empty' if gold_text(raw) == '' else 'unusable'} answer ({raw!r})")
+    answer = gold_text(raw)
+    if not problem:
+        raise BenchmarkDataError(f"{where}: empty problem")
     return {"id": _record_id(spec, rel, i, row), "benchmark": spec.name,
             "prompt": problem + PROMPT_SEPARATOR + MATH_INSTRUCTION, "problem": problem, "answer": answer,
             "source": source}

@@ -2,8 +2,8 @@
 
 One row per source, with what the rest of the package needs to fetch, convert and score it:
 
-- :data:`PAPER_MODELS`: hub checkpoints (``repo_id``, ``revision`` a branch, ``commit`` the pin it must resolve
-  to, ``dest``; :func:`brorl.data.hub.fetch_paper_model`);
+- :data:`PAPER_MODELS`: hub checkpoints (``repo_id``, ``revision`` a branch, ``commit`` the pin that is fetched,
+  ``dest``; :func:`brorl.data.hub.fetch_paper_model`);
 - :data:`PAPER_BENCHMARKS`: the default evaluation set (``config/paper.yaml``; their lm-eval tasks are rendered
   from these rows, :mod:`brorl.evaluation.paper_benchmarks`);
 - :data:`CODE_BENCHMARKS`: BroRL Table 4's code benchmarks (registered, evaluated when a config asks for them);
@@ -36,8 +36,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
 #: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root. ``commit``: the
-#: pinned commit the branch must resolve to (issue 17: commits seen in public references); NVIDIA moved ``main``
-#: once already (v1 -> v2), so a moved branch is refused rather than fetched.
+#: pinned commit, which is what is fetched (issue 17: commits seen in public references); the branch is a label:
+#: NVIDIA moved ``main`` once already (v1 -> v2), so a moved branch is a warning, and the pinned commit is still
+#: fetched (issue 27).
 PAPER_MODELS: dict[str, dict[str, str]] = {
     # ProRLv2 (3K steps), the checkpoint both BroRL arms continue from [inferred from identical numbers].
     "prorl": {
@@ -158,11 +159,12 @@ PAPER_BENCHMARKS: dict[str, BenchmarkSpec] = {
     "olympiadbench": BenchmarkSpec(
         "olympiadbench", "math", "Hothan/OlympiadBench", files=("OlympiadBench/OE_TO_maths_en_COMP/*",),
         fields={"problem": ("question", "problem"), "answer": ("final_answer", "answer"), "id": ("id",)},
-        expected_size=675,
+        expected_size=674,
         paper="BroRL Table 3 OlympiadBench",
-        note="The open-ended, text-only, English maths competition subset (675, DeepScaleR's choice) "
-             "[inferred]; final_answer is a list (joined with ', '). The folder layout inside the snapshot "
-             "is inferred from the dataset's config names and checked on the first fetch."),
+        note="The open-ended, text-only, English maths competition subset (DeepScaleR's choice) [inferred]; "
+             "final_answer is a list (joined with ', '). At the pinned commit the subset is one file, "
+             "OlympiadBench/OE_TO_maths_en_COMP/OE_TO_maths_en_COMP.parquet, of 674 rows (public loaders that pin "
+             "it say so; the 675 this row gave before was DeepScaleR's count, not checked here)."),
     "gpqa_diamond": BenchmarkSpec(
         "gpqa_diamond", "gpqa", "Idavidrein/gpqa", files=("gpqa_diamond.csv",),
         fields={"problem": ("Question",), "correct": ("Correct Answer",),

@@ -6,9 +6,11 @@ at revision ``main`` and releases its own model on revision ``brorl`` of the sam
 :func:`fetch_model` / :func:`fetch_dataset` put a snapshot into a plain folder (a clean Hugging Face folder
 that ``from_pretrained`` loads) and record what was fetched in a JSON manifest *next to* that folder.
 
-Pins (:mod:`brorl.data.pins`): ``commit=`` (or a 40-hex ``revision``) is the commit the revision must resolve
-to; another one is refused with :class:`~brorl.data.pins.PinError` naming both. A gated repository without a token
-or accepted terms raises :class:`GatedRepoAccessError` naming ``HF_TOKEN`` and the dataset page.
+Pins (:mod:`brorl.data.pins`): ``commit=`` (or a 40-hex ``revision``) is the commit that is fetched, whatever the
+branch points to now; the branch is a label, and one that moved on is a warning (and an MLflow tag), never a refusal
+(issue 27: NVIDIA moved the model's ``main`` once already, and the old commit stays downloadable). A gated
+repository without a token or accepted terms raises :class:`GatedRepoAccessError` naming ``HF_TOKEN`` and the
+dataset page.
 
 One code path, two "hub clients"
 --------------------------------
@@ -468,6 +470,12 @@ def run_fetch_model(config: Mapping[str, Any], dest: str | os.PathLike[str], man
     mlflow.log_params({f"resolved.{k}": v for k, v in info["params"].items()})
     mlflow.log_metrics(info["metrics"])
     mlflow.set_tags({"commit": info["commit"], "fetch_status": info["status"]})
+    branch = info.get("branch")
+    if branch and branch["moved"]:
+        now = branch["commit"] or "not found"
+        mlflow.set_tag("branch_moved", f"{branch['revision']} -> {now}; fetched the pinned {info['commit']}")
+        print(f"[fetch] WARNING: branch {branch['revision']} of {info['repo_id']} now points to {now}, not to the "
+              f"pinned {info['commit']}; the pinned commit was fetched (check the new commit before moving the pin)")
     mlflow.log_artifact(str(manifest))
     print(f"[fetch] {info['repo_id']}@{info['revision']} -> {dest}: {info['status']} "
           f"(commit {info['commit']}, {info['n_files']} files, {info['total_bytes']:,} bytes)")
@@ -483,15 +491,16 @@ def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[s
                    refresh: bool = False, commit: str | None = None) -> dict[str, Any]:
     """Make ``dest`` hold ``repo_id`` at ``revision`` (``None`` = ``"main"``), verified.
 
-    ``commit``: the pinned 40-hex commit ``revision`` must resolve to (a revision that is itself a 40-hex commit
-    pins itself). The source is asked for ``revision``; another commit is refused with :class:`PinError`
-    naming both, before anything is downloaded. Leftovers of a killed fetch of ``dest`` (``.<name>.tmp-*``,
-    ``.<name>.old-*`` and the manifest's ``.<manifest>.tmp-*`` beside it) are removed first.
+    ``commit``: the pinned 40-hex commit (a revision that is itself a 40-hex commit pins itself). A pinned source
+    is fetched at that commit, whatever its branch points to now: ``revision`` is then a label, looked up only to
+    warn when the branch moved on (``branch`` in the result). Leftovers of a killed fetch of ``dest``
+    (``.<name>.tmp-*``, ``.<name>.old-*`` and the manifest's ``.<manifest>.tmp-*`` beside it) are removed first.
 
     Returns a dict for logging: ``status`` (``downloaded``, ``verified``, ``restored`` or
     ``replaced``), ``repo_id``, ``repo_type``, ``revision``, ``commit``, ``dest``, ``manifest``,
     ``source``, ``n_files``, ``total_bytes``, plus ``params`` (repo_id, repo_type, revision, commit,
-    source) and ``metrics`` (n_files, total_bytes) ready for ``mlflow.log_params`` / ``log_metrics``.
+    source) and ``metrics`` (n_files, total_bytes) ready for ``mlflow.log_params`` / ``log_metrics``, and
+    ``branch``: None, or ``{revision, commit (None: not found), moved}`` where a pinned source's branch was read.
     """
     _check_repo_id(repo_id)
     if repo_type not in ("model", "dataset"):
@@ -524,23 +533,21 @@ def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[s
         if same and not refresh:
             _verify_tree(dest, old, manifest_path)
             log.info("verified %s (%s@%s, %d files)", dest, repo_id, old["commit"][:12], old["n_files"])
-            return _result("verified", old, dest, manifest_path)
+            return {**_result("verified", old, dest, manifest_path), "branch": None}  # offline: no branch read
 
     client = hub_client(source)
-    lock = old["commit"] if (same and not refresh) else None  # dest missing: restore the pinned commit
-    snapshot = client.resolve(repo_id, lock or revision, repo_type)
+    lock = old["commit"] if (same and not refresh) else None  # dest missing: restore the recorded commit
+    # A pinned source is fetched at its commit: the branch is only a label, checked below and never obeyed.
+    ask = lock or pin or revision
+    snapshot = client.resolve(repo_id, ask, repo_type)
     if not _HEX40.match(snapshot.commit):
-        raise FetchError(f"{repo_id}@{revision}: source returned an invalid commit {snapshot.commit!r}")
-    if lock and snapshot.commit != lock:
-        raise FetchError(f"{repo_id}: asked the source for commit {lock}, got {snapshot.commit}")
-    if pin and snapshot.commit != pin:
-        raise PinError(
-            f"{repo_type} {repo_id}@{revision} resolves to commit {snapshot.commit} at {client.name}, but the "
-            f"pinned commit is {pin}; nothing was downloaded. If the branch moved, ask for the pinned commit itself "
-            f"(revision: {pin}), or check the new commit and update the pin.")
+        raise FetchError(f"{repo_id}@{ask}: source returned an invalid commit {snapshot.commit!r}")
+    if (lock or pin) and snapshot.commit != ask:
+        raise FetchError(f"{repo_id}: asked {client.name} for commit {ask}, got {snapshot.commit}")
+    branch = _branch_label(client, repo_id, revision, repo_type, pin) if pin else None
     if refresh and same and dest.exists() and snapshot.commit == old["commit"]:
         _verify_tree(dest, old, manifest_path)
-        return _result("verified", old, dest, manifest_path)
+        return {**_result("verified", old, dest, manifest_path), "branch": branch}
 
     wanted = {rel: snapshot.files[rel]
               for rel in _select(snapshot.files, request["allow_patterns"], request["ignore_patterns"])}
@@ -584,12 +591,32 @@ def fetch_snapshot(repo_id: str, revision: str | None, dest: str | os.PathLike[s
             shutil.rmtree(tmp, ignore_errors=True)
     log.info("%s %s (%s@%s, %d files, %d bytes)", status, dest, repo_id, new["commit"][:12],
              new["n_files"], new["total_bytes"])
-    return _result(status, new, dest, manifest_path)
+    return {**_result(status, new, dest, manifest_path), "branch": branch}
 
 
 # --------------------------------------------------------------------------------------------------
 # Helpers of the shared path
 # --------------------------------------------------------------------------------------------------
+
+
+def _branch_label(client: HubClient, repo_id: str, revision: str, repo_type: str,
+                  pin: str) -> dict[str, Any] | None:
+    """Where the branch (or tag) ``revision`` of a pinned source points now. A label only: a branch that moved
+    on, or that is gone, is logged as a warning (and tagged on the rule's MLflow run, :func:`run_fetch_model`),
+    never refused, since the pinned commit itself is what is fetched. None when ``revision`` is the pin."""
+    if revision == pin:
+        return None
+    try:
+        head = client.resolve(repo_id, revision, repo_type).commit
+    except Exception as err:  # a deleted branch or a failed lookup must not stop a fetch of the pinned commit
+        log.warning("%s %s: could not read branch %r (%s); fetching the pinned commit %s", repo_type, repo_id,
+                    revision, str(err).splitlines()[0] if str(err) else type(err).__name__, pin)
+        return {"revision": revision, "commit": None, "moved": True}
+    if head != pin:
+        log.warning("%s %s: branch %r now points to commit %s, not to the pinned %s; fetching the pinned commit "
+                    "(the branch is a label; update the pin after checking the new commit)", repo_type, repo_id,
+                    revision, head, pin)
+    return {"revision": revision, "commit": head, "moved": head != pin}
 
 
 def _check_repo_id(repo_id: str) -> None:

@@ -1,8 +1,9 @@
-"""Pins: which commit a source must resolve to, and the pin checks the pipeline's rules run.
+"""Pins: which commit a source is fetched at, and the pin checks the pipeline's rules run.
 
-``commit=`` (or a 40-hex ``revision``) is the commit the revision must resolve to; another one is refused
-with :class:`PinError` naming both. :func:`unpinned` lists (and, unless allowed, refuses) sources that are not
-pinned; the paper profile's jobs call it (``checkpoints.allow_unpinned``).
+``commit=`` (or a 40-hex ``revision``) is the commit that is fetched; the branch beside it is a label
+(:func:`brorl.data.hub.fetch_snapshot` warns when it moved on). :func:`unpinned` lists (and, unless allowed,
+refuses) sources that are not pinned, naming where each commit goes and the hub page listing its commits; the
+paper profile's DAG and jobs call it (``checkpoints.allow_unpinned``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
 class PinError(FetchError):
-    """A source is not pinned to a commit (and that is not allowed), or it resolved to another commit."""
+    """A source is not pinned to a commit (and that is not allowed), or its pin is malformed."""
 
 
 def pinned_commit(revision: str | None, commit: str | None = None) -> str | None:
@@ -37,21 +38,50 @@ def pinned_commit(revision: str | None, commit: str | None = None) -> str | None
 
 def unpinned(sources: Mapping[str, tuple[str | None, str | None]], *, allow: bool, how: str) -> list[str]:
     """The names in ``sources`` (name -> (revision, pinned commit or None)) that are not pinned to a commit.
-    Unless ``allow``, any such name raises :class:`PinError` listing them; ``how`` says how to pin them or
-    allow it (the config keys)."""
+    Unless ``allow``, any such name raises :class:`PinError` listing them, each with the page of the catalog
+    source's commits where it has one; ``how`` says how to pin them or allow it (the config keys)."""
     loose = sorted(name for name, (rev, commit) in sources.items() if pinned_commit(rev, commit) is None)
     if loose and not allow:
-        names = ", ".join(f"{n} ({sources[n][0] or 'main'})" for n in loose)
+        names = ", ".join(_describe(n, sources[n][0] or "main") for n in loose)
         raise PinError(f"not pinned to a commit: {names}. {how}")
     if loose:
         log.warning("fetching unpinned sources (allowed): %s", ", ".join(loose))
     return loose
 
 
+def commits_page(name: str, revision: str = "main") -> str | None:
+    """The hub page listing the commits of catalog source ``name`` (a benchmark, training source or paper model)
+    on ``revision``, where a user picks the commit to pin; None for a name the catalog does not know."""
+    from brorl.data.catalog import CODE_BENCHMARKS, PAPER_BENCHMARKS, PAPER_MODELS, TRAIN_SOURCES
+
+    spec = PAPER_BENCHMARKS.get(name) or CODE_BENCHMARKS.get(name) or TRAIN_SOURCES.get(name)
+    if spec is not None and spec.repo_id:
+        return f"https://huggingface.co/datasets/{spec.repo_id}/commits/{revision}"
+    if name in PAPER_MODELS:
+        return f"https://huggingface.co/{PAPER_MODELS[name]['repo_id']}/commits/{revision}"
+    return None
+
+
+def _describe(name: str, revision: str) -> str:
+    page = commits_page(name, revision)
+    return f"{name} ({revision}; its commits: {page})" if page else f"{name} ({revision})"
+
+
+def config_override(key: str, value: str = "<40-hex commit>") -> str:
+    """``key`` (dotted) set to ``value`` as one ``snakemake --config`` entry (Snakemake merges it into the config
+    files' mappings recursively): ``evaluation.revisions.minerva`` -> ``evaluation={revisions: {minerva: ...}}``."""
+    head, *rest = key.split(".")
+    inner = value
+    for part in reversed(rest):
+        inner = f"{{{part}: {inner}}}"
+    return f"{head}={inner}"
+
+
 def pin_hint(key: str) -> str:
     """How to pin a source of the pipeline's config (``key``: where its commit goes) or allow it unpinned."""
-    return (f"Set {key} to a 40-hex commit, or set checkpoints.allow_unpinned: true to fetch whatever the branch "
-            "points to now (the run is then tagged unpinned_sources in MLflow).")
+    return (f"Set {key} to the 40-hex commit you checked on the hub, in the config file or for one run with "
+            f"`snakemake ... --config '{config_override(key)}'`, or set checkpoints.allow_unpinned: true to fetch "
+            "whatever the branch points to now (the run is then tagged unpinned_sources in MLflow).")
 
 
 def require_pins(config: Mapping[str, Any], sources: Mapping[str, tuple[str | None, str | None]], key: str, *,
@@ -68,4 +98,5 @@ def require_pins(config: Mapping[str, Any], sources: Mapping[str, tuple[str | No
     return loose
 
 
-__all__ = ["PinError", "pinned_commit", "unpinned", "pin_hint", "require_pins"]
+__all__ = ["PinError", "pinned_commit", "unpinned", "pin_hint", "require_pins", "commits_page",
+           "config_override"]

@@ -63,6 +63,11 @@ class TrainDataSettings:
     split_seed: int = 0
     revisions: Mapping[str, str] = field(default_factory=dict)
     """Pinned hub revision (commit) per hub source; default: the table's ``main`` (the manifest records the commit)."""
+    dedup_against: tuple[str, ...] = ()
+    """Evaluation benchmarks whose problems are removed from the training data (exact match of the whitespace- and
+    case-normalised problem text), so the evaluation is disjoint from training; counted per source in
+    ``train_data.json``. [our choice] Reasoning Gym's small tasks repeat problems across seeds (basic_arithmetic
+    at the small profile's difficulty has ~121 distinct problems)."""
 
     def __post_init__(self):
         unknown = [s for s in self.sources if s not in TRAIN_SOURCES]
@@ -75,6 +80,11 @@ class TrainDataSettings:
         bad = [k for k in self.revisions if k not in TRAIN_SOURCES or TRAIN_SOURCES[k].generated]
         if bad:
             raise ValueError(f"revisions: {bad} are not hub sources")
+        from brorl.data.catalog import ALL_BENCHMARK_NAMES
+
+        unknown = [b for b in self.dedup_against if b not in ALL_BENCHMARK_NAMES]
+        if unknown:
+            raise ValueError(f"dedup_against: unknown benchmarks {unknown} (known: {list(ALL_BENCHMARK_NAMES)})")
 
     @classmethod
     def from_dict(cls, d: Mapping | None) -> "TrainDataSettings":
@@ -82,7 +92,7 @@ class TrainDataSettings:
         unknown = set(d) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown rl.data keys {sorted(unknown)}")
-        for k in ("sources", "reasoning_gym_tasks"):
+        for k in ("sources", "reasoning_gym_tasks", "dedup_against"):
             if k in d:
                 d[k] = tuple(d[k])
         return cls(**d)
@@ -117,6 +127,16 @@ def training_record(source: str, kind: str, record: Mapping) -> dict:
     return out
 
 
+def problem_key(record: Mapping) -> str:
+    """The text two records are the same problem by: the problem (else the prompt), whitespace collapsed, casefolded."""
+    return " ".join(str(record.get("problem") or record.get("prompt") or "").split()).casefold()
+
+
+def held_out_problems(files: Sequence[str | os.PathLike[str]]) -> set[str]:
+    """:func:`problem_key` of every problem in the evaluation files (``<benchmark>/test.jsonl``)."""
+    return {problem_key(r) for f in files for r in benchmarks.read_table(f)} - {""}
+
+
 def split_records(records: Sequence[Mapping], source: str, settings: TrainDataSettings) -> tuple[list, list]:
     """(train, validation) by keyed-hash order of the record ids."""
     order = sorted(records, key=lambda r: _split_key(settings.split_seed, source, str(r["id"])))
@@ -132,14 +152,21 @@ def split_records(records: Sequence[Mapping], source: str, settings: TrainDataSe
 
 def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSettings | Mapping | None = None, *,
                        source=None, cache_dir: str | os.PathLike[str] = "resources/data/rl",
-                       log_fn: Callable[[str], None] | None = None) -> dict:
+                       log_fn: Callable[[str], None] | None = None,
+                       exclude: Sequence[str | os.PathLike[str]] = ()) -> dict:
     """Fetch / generate every source, convert, split, and write ``<out_dir>/<source>/{train,validation}.jsonl``
     and the marker ``<out_dir>/train_data.json`` (last). ``source``: ``None`` = the Hugging Face Hub (refused
-    offline), a folder = a local stand-in (:mod:`brorl.data.hub`). Returns the marker's content."""
+    offline), a folder = a local stand-in (:mod:`brorl.data.hub`). ``exclude``: the evaluation files of
+    ``settings.dedup_against`` (one per benchmark, required then): their problems are dropped from every source
+    before the split, and counted. Returns the marker's content."""
     s = settings if isinstance(settings, TrainDataSettings) else TrainDataSettings.from_dict(settings)
     say = log_fn or (lambda msg: None)
     out, cache = Path(out_dir), Path(cache_dir)
     (out / MARKER).unlink(missing_ok=True)  # until every split is written, this is not a finished data folder
+    if len(exclude) != len(s.dedup_against):
+        raise ValueError(f"rl.data.dedup_against names {list(s.dedup_against)}, but {len(exclude)} evaluation "
+                         f"file(s) were given: {[str(f) for f in exclude]}")
+    held = held_out_problems(exclude)
     sources = {}
     for name in s.sources:
         spec = TRAIN_SOURCES[name]
@@ -151,7 +178,9 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
                       "task_configs": dict(s.reasoning_gym_task_configs) or None}
         info = benchmarks.prepare_benchmark(name, source, raw, spec=spec, revision=s.revisions.get(name),
                                             log_fn=say, **kwargs)
-        records = [training_record(name, spec.kind, r) for r in benchmarks.read_table(raw)]
+        records = [training_record(name, spec.kind, r) for r in benchmarks.read_records(raw)]
+        kept = [r for r in records if problem_key(r) not in held]
+        overlap, records = len(records) - len(kept), kept
         train, validation = split_records(records, name, s)
         for split, rows in (("train", train), ("validation", validation)):
             benchmarks.write_atomic(out / name / f"{split}.jsonl", benchmarks.jsonl_bytes(rows))
@@ -160,10 +189,14 @@ def prepare_train_data(out_dir: str | os.PathLike[str], settings: TrainDataSetti
         sources[name] = {"reward": spec.kind, "repo_id": spec.repo_id, "commit": info.get("commit"),
                          "raw": str(raw), "raw_sha256": info["sha256"], "n_records": len(records),
                          "n_train": len(train), "n_validation": len(validation), "skipped": skipped,
+                         "n_removed_in_evaluation": overlap,
                          "paper": spec.paper, "note": spec.note}
         say(f"{name}: {len(train)} train / {len(validation)} validation ({spec.kind} reward)"
-            + "".join(f", {v} rows skipped ({k.replace('_', ' ')})" for k, v in skipped.items() if v))
-    marker = {"format": FORMAT, "settings": s.to_dict(), "sources": sources, "left_out": LEFT_OUT}
+            + "".join(f", {v} rows skipped ({k.replace('_', ' ')})" for k, v in skipped.items() if v)
+            + (f"; {overlap} problems removed: they are in the evaluation ({', '.join(s.dedup_against)})"
+               if s.dedup_against else ""))
+    marker = {"format": FORMAT, "settings": s.to_dict(), "sources": sources, "left_out": LEFT_OUT,
+              "dedup_against": {b: str(f) for b, f in zip(s.dedup_against, exclude)}}
     benchmarks.write_atomic(out / MARKER, (json.dumps(marker, indent=1) + "\n").encode())
     return marker
 
@@ -183,7 +216,7 @@ def with_picked_tasks(config: dict, picked_tasks: str | os.PathLike[str] | None)
 
 
 def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str | os.PathLike[str], *,
-                   pins_required: bool) -> dict:
+                   pins_required: bool, exclude: Sequence[str] = ()) -> dict:
     """``brorl train-data``: the pin check (:func:`brorl.data.hub.require_pins`), then :func:`prepare_train_data`
     of ``config["data"]`` from ``config["source"]``; per-source counts and commits logged to the rule's MLflow run."""
     import mlflow
@@ -193,10 +226,11 @@ def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str
     require_pins(config, hub_revisions(TrainDataSettings.from_dict(config.get("data"))), "rl.data.revisions.<source>",
                  pins_required=pins_required)
     marker = prepare_train_data(out_dir, config.get("data"), source=config.get("source"), cache_dir=cache_dir,
-                                log_fn=lambda msg: print(f"[train-data] {msg}", flush=True))
+                                log_fn=lambda msg: print(f"[train-data] {msg}", flush=True), exclude=exclude)
     for name, info in marker["sources"].items():
         mlflow.log_metrics({f"{name}/n_train": float(info["n_train"]),
                             f"{name}/n_validation": float(info["n_validation"]),
+                            f"{name}/n_removed_in_evaluation": float(info["n_removed_in_evaluation"]),
                             **{f"{name}/n_skipped_{k}": float(v) for k, v in info["skipped"].items()}})
         mlflow.set_tag(f"{name}/commit", str(info["commit"]))
     mlflow.log_artifact(str(Path(out_dir) / MARKER))
@@ -205,15 +239,19 @@ def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str
 
 # --------------------------------------------------------------------------------------------------- reward
 
-def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> list[float]:
+def paper_rewards(records: Sequence[Mapping], completions: Sequence[str], *,
+                  timeouts: list | None = None) -> list[float]:
     """The training reward of each (record, completion): math 0/1 (math-verify), code the fraction of tests
     passed (sandbox), Reasoning Gym the task's verifier score. Never raises for a bad completion; batched per
-    kind (one math-pool call, one sandbox batch, one Reasoning Gym call)."""
+    kind (one math-pool call, one sandbox batch, one Reasoning Gym call). ``timeouts``, if a list, is filled with
+    one flag per completion: True where a math or Reasoning Gym reward is 0.0 because verification ran out of
+    time (the code reward's own budget is part of its score)."""
     from brorl import rewards, sandbox
 
     if len(records) != len(completions):
         raise ValueError(f"{len(records)} records but {len(completions)} completions")
     out = [0.0] * len(records)
+    late = [False] * len(records)
     by_kind: dict[str, list[int]] = {}
     for i, r in enumerate(records):
         if not is_paper_record(r):
@@ -223,17 +261,26 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str]) -> lis
     for kind, idx in by_kind.items():
         texts = [completions[i] for i in idx]
         if kind == "math":
-            golds = [records[i].get("answer") or "" for i in idx]
-            scores = pool.math_rewards(texts, golds)
+            golds = [records[i].get("answer") for i in idx]
+            for i, gold in zip(idx, golds):
+                if not benchmarks.usable_gold(gold):  # the readers refuse such records: this is a caller's mistake
+                    raise ValueError(f"math record {records[i].get('id')!r} has no usable gold answer ({gold!r})")
+            flags: list[bool] = []
+            scores = pool.math_rewards(texts, golds, timeouts=flags)
         elif kind == "reasoning_gym":
-            scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx])
+            flags = []
+            scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx], timeouts=flags)
         else:
             tests = [records[i].get("tests") for i in idx]
             tests = [t if isinstance(t, str) else json.dumps(t) for t in tests]
             scores = sandbox.code_rewards(texts, tests)
-        for i, v in zip(idx, scores):
+            flags = [False] * len(idx)
+        for i, v, t in zip(idx, scores, flags):
             v = float(v)
             out[i] = min(1.0, max(0.0, v)) if v == v else 0.0
+            late[i] = bool(t)
+    if timeouts is not None:
+        timeouts[:] = late
     return out
 
 
@@ -245,8 +292,12 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
     eos = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
 
     def paper_reward(prompts, completions, completion_ids, record_index, **kwargs):
+        from brorl.rewards.adapters import report_timeouts
+
         texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        scores = paper_rewards([records[i] for i in record_index], texts)
+        timeouts: list[bool] = []
+        scores = paper_rewards([records[i] for i in record_index], texts, timeouts=timeouts)
+        report_timeouts(timeouts, "verify", kwargs.get("log_metric"))
         if truncated_reward is not None:
             scores = [truncated_reward if not ids or ids[-1] not in eos else v
                       for v, ids in zip(scores, map(list, completion_ids))]

@@ -5,8 +5,9 @@ What
 Binary / bounded rewards for RL with verifiable rewards (paper section 3 and section 5, "Graders"):
 
 * :func:`math_reward` -- 1.0 if the completion's final answer (the last ``\\boxed{...}``, or failing
-  that the text after "answer is" / the last number) is equivalent to the gold answer according to
-  Hugging Face math-verify 0.9.0, else 0.0.
+  that the text after "answer is" / the last number), read whole, is equivalent to the gold answer according
+  to Hugging Face math-verify 0.9.0's comparison, else 0.0 (the decisions beyond math-verify: docs/evaluation.md,
+  "Reward decisions").
 * :func:`reasoning_gym_reward` -- the Reasoning Gym dataset's own scorer applied to the text inside the
   last ``<answer>...</answer>`` pair (the ProRL convention), clamped to ``[0, 1]``.
 * :func:`trl_math_reward` / :func:`trl_reasoning_gym_reward` -- adapters with TRL 1.16's reward-function
@@ -24,7 +25,8 @@ in a small pool of worker processes managed here (:class:`RewardPool`, on the ge
 
 * each task has a *hard* deadline enforced by the parent (the worker is SIGKILLed and replaced) and a
   *soft* deadline inside the worker (an interval timer raises out of Python code, so the common slow
-  case ends without a restart); a task that times out is retried once, then scores 0.0;
+  case ends without a restart); a task that times out is retried once with a deadline twice as long, then
+  scores 0.0 as a *timeout* (flagged per answer, counted, logged as ``rewards/<kind>_timeouts``);
 * a worker that dies (segfault, OOM kill, ``os._exit``) is detected through its pipe / process sentinel
   and replaced; the pool keeps working;
 * workers are started with ``forkserver`` (``spawn`` as fallback), never plain ``fork``: the training
@@ -80,6 +82,7 @@ from brorl.rewards.extraction import (
     extract_math_answer,
     extract_reasoning_gym_answer,
     final_line_answer,
+    last_answer_tag,
 )
 from brorl.rewards.graders import _TASKS  # noqa: F401 - the production task table (tests check its contents)
 from brorl.rewards.graders import parse_reasoning_gym_entry
@@ -98,6 +101,7 @@ __all__ = [
     "extract_math_answer",
     "extract_reasoning_gym_answer",
     "final_line_answer",
+    "last_answer_tag",
     "completion_text",
     "parse_reasoning_gym_entry",
     "get_default_pool",

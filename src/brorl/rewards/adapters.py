@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from brorl.rewards.pool import DEFAULT_NUM_WORKERS, DEFAULT_TIMEOUT, RewardPool, _env_number
+
+logger = logging.getLogger("brorl.rewards")
 
 _default_pool: RewardPool | None = None
 _default_kwargs: dict[str, Any] = {}
@@ -59,10 +62,13 @@ def math_reward(completion: Any, gold: Any, *, pool: RewardPool | None = None) -
     first -- math-verify is asymmetric).  ``completion`` may be a string or a list of chat messages (only
     the assistant's turns count); ``gold`` is the bare answer as in DeepScaleR ("\\frac{1}{2}", "0.5",
     "2\\sqrt{3}"), with or without ``$...$`` / ``\\boxed{}``.  Only the text after the last ``</think>`` is
-    searched.  Decisions beyond math-verify (see ``tests/test_rewards.py``): a hedged answer ("or", "maybe",
-    "?"), a false numeric equation chain (``143 = 142``, also with arrows) and an answer with hidden
-    characters (NUL, zero-width, bidi) score 0.0; a percent sign is dropped (``50\\%`` is ``50``).  Never
-    raises, never hangs: garbage and timeouts give 0.0.
+    searched.  Decisions beyond math-verify (docs/evaluation.md, "Reward decisions"; ``tests/test_rewards.py``,
+    ``tests/test_reward_probe.py``): the answer is read whole, so a list of values (``12 \\vee 13``, ``12 \\\\ 13``,
+    ``12 13``) pays only against the same list; a hedged answer ("or", "maybe", "?"), a false numeric equation
+    chain (``143 = 142``, also with arrows) and an answer with hidden characters (NUL, zero-width, bidi) score
+    0.0; decimals are exact (``0.5000001`` is not 1/2); a percent sign is dropped (``50\\%`` is ``50``), Unicode
+    digits are read as ASCII (``１２`` is 12), thousands groups joined (``1\\,000``).  Never raises, never hangs:
+    garbage gives 0.0, and so does a timeout, reported as one (see :class:`RewardPool`).
     """
     return (pool or get_default_pool()).math_reward(completion, gold)
 
@@ -95,10 +101,25 @@ def _column(kwargs: dict, keys: Sequence[str], n: int, what: str) -> list:
     )
 
 
+def report_timeouts(flags: Sequence[bool], what: str, log_metric: Any = None) -> None:
+    """Say how many of a batch's rewards are 0.0 because verification ran out of time: the metric
+    ``rewards/<what>_timeouts`` through TRL's ``log_metric`` (when the trainer passes one) and a warning when any
+    did. A timeout is not a wrong answer, so it is never left silent."""
+    n = int(sum(bool(f) for f in flags))
+    if callable(log_metric):
+        log_metric(f"rewards/{what}_timeouts", float(n))
+    if n:
+        logger.warning("%d of %d %s answers ran out of verification time: scored 0.0 and counted as timeouts "
+                       "(rewards/%s_timeouts)", n, len(flags), what, what)
+
+
 def _trl_math(pool: RewardPool | None, keys: Sequence[str], completions, kwargs: dict) -> list[float]:
     completions = list(completions if completions is not None else [])
     golds = _column(kwargs, keys, len(completions), "trl_math_reward")
-    return (pool or get_default_pool()).math_rewards(completions, golds)
+    timeouts: list[bool] = []
+    out = (pool or get_default_pool()).math_rewards(completions, golds, timeouts=timeouts)
+    report_timeouts(timeouts, "math", kwargs.get("log_metric"))
+    return out
 
 
 def trl_math_reward(prompts=None, completions=None, **kwargs) -> list[float]:
@@ -137,7 +158,10 @@ def _rg_entries(kwargs: dict, n: int) -> list:
 def _trl_rg(pool: RewardPool | None, completions, kwargs: dict) -> list[float]:
     completions = list(completions if completions is not None else [])
     entries = _rg_entries(kwargs, len(completions))
-    return (pool or get_default_pool()).reasoning_gym_rewards(completions, entries)
+    timeouts: list[bool] = []
+    out = (pool or get_default_pool()).reasoning_gym_rewards(completions, entries, timeouts=timeouts)
+    report_timeouts(timeouts, "reasoning_gym", kwargs.get("log_metric"))
+    return out
 
 
 def trl_reasoning_gym_reward(prompts=None, completions=None, **kwargs) -> list[float]:

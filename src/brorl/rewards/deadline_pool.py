@@ -84,7 +84,8 @@ class PoolStats:
     prefiltered: int = 0  # scored 0.0 in the parent without a worker
     timeouts: int = 0  # attempts that ran out of time (soft or hard)
     hard_timeouts: int = 0  # ... of which the worker had to be killed
-    retries: int = 0  # timed-out tasks sent again with a fresh deadline
+    retries: int = 0  # timed-out tasks sent again with a fresh, longer deadline
+    timed_out_tasks: int = 0  # tasks that ran out of time on every attempt: scored 0.0 and reported as timeouts
     remembered_timeouts: int = 0  # scored 0.0 because the same task timed out recently (cache_timeouts)
     worker_deaths: int = 0  # workers that died on their own
     workers_started: int = 0
@@ -237,8 +238,8 @@ class DeadlinePool:
 
     Parameters: ``num_workers``, ``timeout`` (the hard limit per attempt; a soft limit of
     ``soft_timeout_fraction * timeout`` inside the worker usually ends slow Python-level work first, without a
-    restart), ``timeout_retries``, ``start_method``, ``memory_limit_mb``, ``startup_timeout``,
-    ``max_tasks_per_worker`` and ``preload`` (domains the workers and the fork server import up front), as
+    restart), ``timeout_retries`` (each retry's deadline ``retry_timeout_factor`` times the last), ``start_method``,
+    ``memory_limit_mb``, ``startup_timeout``, ``max_tasks_per_worker`` and ``preload`` (domains the workers and the fork server import up front), as
     described for :class:`brorl.rewards.pool.RewardPool`.
 
     A subclass names what its workers run: ``worker_main`` (the worker process's entry point),
@@ -263,12 +264,16 @@ class DeadlinePool:
         max_tasks_per_worker: int | None = None,
         soft_timeout_fraction: float = 0.8,
         preload: Sequence[str] = (),
+        retry_timeout_factor: float = 2.0,
     ) -> None:
         self.num_workers = max(1, int(num_workers if num_workers is not None else DEFAULT_NUM_WORKERS))
         self.timeout = float(timeout if timeout is not None else DEFAULT_TIMEOUT)
         if not self.timeout > 0 or not math.isfinite(self.timeout):
             raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
         self.timeout_retries = max(0, int(timeout_retries))
+        self.retry_timeout_factor = float(retry_timeout_factor)
+        if not self.retry_timeout_factor >= 1.0 or not math.isfinite(self.retry_timeout_factor):
+            raise ValueError(f"retry_timeout_factor must be a number >= 1, got {retry_timeout_factor!r}")
         self.memory_limit_mb = memory_limit_mb
         self.startup_timeout = float(startup_timeout)
         self.max_tasks_per_worker = max_tasks_per_worker
@@ -435,7 +440,8 @@ class DeadlinePool:
             return False
 
     def _run(
-        self, tasks: Sequence[tuple[Any, tuple]], timeout: float | None = None, failed: list | None = None
+        self, tasks: Sequence[tuple[Any, tuple]], timeout: float | None = None, failed: list | None = None,
+        timed_out: list | None = None,
     ) -> list[float]:
         """Run ``(kind, args)`` tasks on the workers in parallel; one float per task, 0.0 on any failure.
 
@@ -448,12 +454,14 @@ class DeadlinePool:
         Never raises on task failure; an exception in the parent itself (e.g. KeyboardInterrupt) kills
         the workers running this call's tasks and propagates.  If ``failed`` (a list of ``len(tasks)``
         booleans) is given, it is set True for tasks that timed out on every attempt, killed their
-        worker or could not be sent.
+        worker or could not be sent; ``timed_out`` likewise for the tasks that ran out of time on every attempt.
         """
         jobs = self._submit(tasks, timeout)
         self._wait(jobs)
         if failed is not None:
             failed[:] = [job.failed for job in jobs]
+        if timed_out is not None:
+            timed_out[:] = [job.timed_out for job in jobs]
         return [job.value for job in jobs]
 
     def _submit(self, tasks: Sequence[tuple[Any, tuple]], timeout: float | None) -> list[_Job]:
@@ -521,15 +529,19 @@ class DeadlinePool:
             self._pending.appendleft(job)
 
     def _timeout(self, job: _Job, hard: bool) -> None:
-        """An attempt ran out of time: count it, then retry with a fresh deadline or report a timeout."""
+        """An attempt ran out of time: count it, then retry with a fresh deadline ``retry_timeout_factor`` times
+        longer (a right answer that was slow on a busy machine gets its chance) or report a timeout."""
         self.stats.timeouts += 1
         self.stats.hard_timeouts += hard
         if job.attempts <= self.timeout_retries:
             self.stats.retries += 1
+            job.timeout *= self.retry_timeout_factor
+            job.soft *= self.retry_timeout_factor
             with self._cond:
                 self._pending.appendleft(job)
         else:
             job.timed_out = True
+            self.stats.timed_out_tasks += 1
             self._finish(job, failed=True)
 
     def _drive(self, jobs: list[_Job]) -> None:

@@ -27,6 +27,18 @@ _ARROW_OR_BRACE = re.compile(
     r"\\(?:to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies)(?![A-Za-z])|:=|\\[{}]|[{}]"
 )
 _PERCENT = re.compile(r"\\?%")
+# Spacing between digits: a space, LaTeX's spacing commands, a tie.
+_SPACE = (r"(?:\s|~|\\[ ,;:!>]|\\(?:q?quad|enspace|thinspace|medspace|thickspace)(?![A-Za-z])"
+          r"|\\hspace\*?\{[^{}]{0,20}\}|\{,\})")
+# Digits grouped by thousands with spaces or thin spaces (1 000, 1\,000, 12\,345\,678): one number.
+_THOUSANDS = re.compile(rf"(?<![\d.,])(-?\d{{1,3}})((?:{_SPACE}+\d{{3}})+)(?![\d.])")
+_SPACE_RE = re.compile(f"{_SPACE}+")
+# Two numbers side by side (12 13, 2\ 3): a list of values, which math-verify reads as their sum or product.
+_JUXTAPOSED = re.compile(rf"(?<![\w.])-?\d+(?:\.\d+)?{_SPACE}+-?\.?\d")
+# Characters that write a digit or a sign another way: any Unicode decimal digit (full-width, Arabic-Indic,
+# Devanagari, mathematical bold...), full-width ASCII, the minus sign. Superscripts and circled digits are not
+# digits (category No) and are left alone.
+_UNICODE_MAP: dict[int, str] = {0x2212: "-"}
 _VISIBLE_CONTROLS = "\t\n\r"
 _OPENERS = "{(["
 _CLOSERS = "})]"
@@ -84,10 +96,45 @@ def _has_hidden_characters(text: str) -> bool:
     return any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") and ch not in _VISIBLE_CONTROLS for ch in text)
 
 
+def _unicode_digits(text: str) -> str:
+    """``text`` with every Unicode decimal digit as its ASCII digit, full-width ASCII (U+FF01-U+FF5E) as ASCII and
+    U+2212 MINUS SIGN as ``-``: a right answer written ``１２`` or ``١٢`` is ``12``."""
+    if text.isascii():
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if code < 128:
+            out.append(ch)
+        elif code in _UNICODE_MAP:
+            out.append(_UNICODE_MAP[code])
+        elif 0xFF01 <= code <= 0xFF5E:
+            out.append(chr(code - 0xFEE0))
+        elif unicodedata.category(ch) == "Nd":
+            out.append(str(unicodedata.digit(ch)))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _join_thousands(text: str) -> str:
+    """Digit groups of three set off by spaces or thin spaces are one number: ``1\\,000`` is ``1000``."""
+    if not any(ch.isdigit() for ch in text):
+        return text
+    return _THOUSANDS.sub(lambda m: m.group(1) + _SPACE_RE.sub("", m.group(2)), text)
+
+
+def juxtaposed_numbers(text: str) -> bool:
+    """True if ``text`` sets two numbers side by side with only spacing between them (``12 13``, ``2\\ 3``): a
+    list of values, not one (math-verify reads ``12 13`` as 25 and ``2 3`` as 5)."""
+    return _JUXTAPOSED.search(text) is not None
+
+
 def _normalize_answer(text: str) -> str:
     """The answer as graded: percent signs dropped (``50\\%`` is ``50``: DeepScaleR's grader removes them,
-    math-verify accepts the bare form) and top-level arrows / ``:=`` read as ``=``."""
-    text = _PERCENT.sub("", text)
+    math-verify accepts the bare form), Unicode digits as ASCII (:func:`_unicode_digits`), thousands groups joined
+    (:func:`_join_thousands`) and top-level arrows / ``:=`` read as ``=``."""
+    text = _join_thousands(_unicode_digits(_PERCENT.sub("", text)))
     if "\\" not in text and ":=" not in text:
         return text
     out, depth, last = [], 0, 0
@@ -160,7 +207,8 @@ def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[s
 
     1. the last complete ``\\boxed{...}``;
     2. the text after the last "answer is" / "answer:" (up to the end of that line);
-    3. the last number in the completion's tail.
+    3. the last number in the completion's tail, unless its line lists it after another value ("12, 13",
+       "12 | 13", "12 13") or ends a false computation with it ("3 + 4 = 8"), or hedges ("maybe 13").
     """
     text = completion_text(completion)
     if not text:
@@ -193,11 +241,41 @@ def extract_math_answer(completion: Any, *, scan_chars: int = 50_000) -> tuple[s
     last = None
     for last in _NUMBER.finditer(tail):
         pass
-    if last is not None:
-        return ("boxed", last.group().replace(",", ""))
-    return None
+    if last is None:
+        return None
+    # The last number must not be the last of a list on its line ("12, 13", "12 | 13", "12 13", "12 or 13") nor
+    # the end of a false computation ("3 + 4 = 8"): a policy would learn to drop the box and hedge in prose if the
+    # last value were paid. Prose between two numbers ("not 10, it is 12") leaves the last one the answer.
+    line_start = tail.rfind("\n", 0, last.start()) + 1
+    line_end = tail.find("\n", last.end())
+    if _HEDGE.search(tail[line_start:line_end if line_end >= 0 else len(tail)]):  # "maybe 13", "12 or 13"
+        return None
+    line = tail[line_start:last.end()]
+    before, after = line[:last.start() - line_start].rstrip()[-1:], tail[last.end():].lstrip()[:1]
+    if before in _INSIDE_LATEX_BEFORE or after in _INSIDE_LATEX_AFTER:  # the 2 of \frac{1+\sqrt{5}}{2}, x^2
+        return None
+    numbers = list(_NUMBER.finditer(line))
+    if len(numbers) > 1:
+        joiner = line[numbers[-2].end():numbers[-1].start()]
+        if _LIST_JOINER.fullmatch(joiner):
+            return None
+        if _COMPUTATION_JOINER.fullmatch(joiner):  # the arithmetic run that ends at the last number
+            start = len(line)
+            while start > 0 and line[start - 1] in _ARITHMETIC_CHARS:
+                start -= 1
+            if final_line_answer(line[start:]) is None:
+                return None
+    return ("boxed", last.group().replace(",", ""))
 
 
+# What joins the last two numbers of a line when they are a list (12, 13 / 12 | 13 / 12 13 / 12 and 13) or a
+# computation (3 + 4 = 7: checked by final_line_answer).
+_LIST_JOINER = re.compile(r"\s*(?:[,;|&]|\\\\|\\(?:vee|lor|mid|cup)|and|vs\.?)?\s*", re.IGNORECASE)
+_COMPUTATION_JOINER = re.compile(r"[\s()]*[=+\-*/×÷^][\s=+\-*/×÷^()]*")
+_ARITHMETIC_CHARS = frozenset("0123456789.,+-*/()= \t")
+# A number in a LaTeX group or script is part of an expression, not an answer on its own.
+_INSIDE_LATEX_BEFORE = frozenset("{^_\\")
+_INSIDE_LATEX_AFTER = frozenset("}^_")
 # A final-line answer without tags (see final_line_answer): one number or one word, nothing else.
 _FINAL_TOKEN = re.compile(r"-?\d+(?:\.\d+)?|[A-Za-z]+")
 _ARITHMETIC = re.compile(r"[\d\s.+\-*/()]+")
@@ -255,13 +333,34 @@ def final_line_answer(text: str) -> str | None:
     return answer
 
 
+_ANSWER_TAG = re.compile(r"</?answer>")
+
+
+def last_answer_tag(text: str) -> str | None:
+    """Content of the ``<answer>...</answer>`` pair that opens last among those that close (matched like braces,
+    so ``<answer><answer>7</answer></answer>`` gives ``7``, as ``\\boxed{\\boxed{7}}`` does), else ``None``."""
+    if "</answer>" not in text:
+        return None
+    stack: list[int] = []
+    best_start, best_end = -1, -1
+    for match in _ANSWER_TAG.finditer(text):
+        if match.group() == "<answer>":
+            stack.append(match.end())
+        elif stack:
+            start = stack.pop()
+            if start > best_start:
+                best_start, best_end = start, match.start()
+    return text[best_start:best_end] if best_start >= 0 else None
+
+
 def extract_reasoning_gym_answer(completion: Any) -> str | None:
     """Answer text of a Reasoning Gym completion, or ``None``.
 
-    The text inside the last ``<answer>...</answer>`` pair, stripped (same result as
-    ``reasoning_gym.utils.extract_answer``, but with ``str.rfind`` instead of a regex).  Without a
-    complete tag pair, the text after the last ``</think>``; a completion that opens ``<think>`` and never
-    closes it (truncated reasoning) has no answer. A completion with neither tags nor reasoning markers
+    Read where the math reward reads (:func:`extract_math_answer`): only the text after the last ``</think>``
+    counts -- the reasoning is not the answer -- and a completion that opens ``<think>`` and never closes it
+    (truncated reasoning) has no answer. In that text, the content of the last complete ``<answer>...</answer>``
+    pair (innermost when nested; the ProRL convention, as ``reasoning_gym.utils.extract_answer`` without a regex),
+    stripped; without a complete pair, the text itself. A completion with neither tags nor reasoning markers
     (prose, as SmolLM2-135M writes) has the answer its last line states (:func:`final_line_answer`) or none:
     reasoning-gym's own ``extract_answer`` gives none, and the whole prose would earn its scorers' partial
     credit (``len(gold) / len(text)`` when the gold occurs anywhere in it) for a hedge or a list of guesses.
@@ -269,14 +368,14 @@ def extract_reasoning_gym_answer(completion: Any) -> str | None:
     text = completion_text(completion)
     if text is None:
         return None
-    end = text.rfind("</answer>")
-    if end >= 0:
-        start = text.rfind("<answer>", 0, end)
-        if start >= 0:
-            return text[start + len("<answer>"):end].strip()
     think_end = text.rfind("</think>")
     if think_end >= 0:
-        return text[think_end + len("</think>"):].strip()
-    if "<think>" in text:
+        text = text[think_end + len("</think>"):]
+    elif "<think>" in text:
         return None
+    tagged = last_answer_tag(text)
+    if tagged is not None:
+        return tagged.strip()
+    if think_end >= 0:
+        return text.strip()
     return final_line_answer(text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,16 +31,98 @@ def _mv_parse(text: str):
     return parse(text, parsing_timeout=None)
 
 
+# Math delimiters of a "raw" answer snippet ("the answer is $\\frac{2}{3}$."): $$..$$, $..$, \\(..\\), \\[..\\].
+_RAW_MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
+_RAW_JOIN = re.compile(r"\s*(?:,|,?\s*and)\s*")
+
+
+_RAW_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:/\d+)?")
+
+
+def _raw_to_latex(snippet: str) -> str | None:
+    """The LaTeX answer a raw snippet states (the line after "answer is" when it holds math delimiters): its one
+    math group, or several joined by "," / "and" (a list, as math-verify reads "$1$ and $2$"); in prose whose math
+    groups hold no digit ("the largest $n$ is 34"), the one number outside them. ``None`` when the snippet
+    states several candidates otherwise ("12 | $13$", "$12$ or $13$", "$n$ is 12 or 13"). A snippet without
+    math delimiters is returned as it is."""
+    groups = list(_RAW_MATH.finditer(snippet))
+    if not groups:
+        return snippet
+    contents = [next(g for g in m.groups() if g is not None) for m in groups]
+    outside = snippet[:groups[0].start()] + " ".join(
+        snippet[a.end():b.start()] for a, b in zip(groups, groups[1:])) + snippet[groups[-1].end():]
+    numbers = _RAW_NUMBER.findall(outside)
+    if numbers:
+        if len(numbers) == 1 and not any(ch.isdigit() for c in contents for ch in c):
+            return numbers[0]
+        return None
+    between = [snippet[a.end():b.start()] for a, b in zip(groups, groups[1:])]
+    if not all(_RAW_JOIN.fullmatch(b) for b in between):
+        return None
+    return ", ".join(contents)
+
+
+def _parse_whole(latex: str) -> list:
+    """math-verify's reading of one answer *as a whole*: its own normalisation of ``\\boxed{latex}`` and
+    latex2sympy on all of it, the first steps of ``math_verify.parse``. What does not parse whole is kept as
+    its normalised text (compared with the gold as a string), never cut to a fragment: when the whole fails,
+    ``parse`` goes on to the last side of an equation chain and then to any number in the text, so
+    ``\\boxed{12 \\vee 13}`` or ``\\boxed{x = 12 \\vee x = 13}`` would be read as 13. Decimals are made exact
+    (:func:`_exact`)."""
+    from latex2sympy2_extended.latex2sympy2 import latex2sympy, normalize_latex
+    from math_verify.grader import should_treat_as_complex
+
+    normalized = normalize_latex("\\boxed{" + latex + "}", config=_normalization()).strip()
+    if not normalized:
+        return []
+    try:
+        expr = latex2sympy(normalized, is_real=not should_treat_as_complex(normalized), convert_degrees=False,
+                           normalization_config=None)
+    except Exception:  # not math-verify's LaTeX: the text itself is the answer
+        return [normalized]
+    if expr is None:
+        return [normalized]
+    return [_exact(expr), normalized]
+
+
+def _normalization():
+    from dataclasses import replace
+
+    from math_verify.parser import LatexExtractionConfig
+
+    return replace(LatexExtractionConfig().normalization_config, boxed="last")  # as parse() does for a box
+
+
+def _exact(expr):
+    """``expr`` with each decimal as the exact rational it writes (0.5000001 is 5000001/10^7): compared exactly, as
+    ProRL's grader (DeepScaleR: sympy ``simplify(a - b) == 0``) does. math-verify alone rounds both sides to 6
+    decimals, so 0.5000001 = 1/2 and 0.333333 = 1/3."""
+    import sympy
+
+    try:
+        floats = expr.atoms(sympy.Float)
+        if floats:
+            return expr.xreplace({f: sympy.Rational(str(f)) for f in floats})
+    except Exception:  # not a sympy object (a string), or one without atoms
+        pass
+    return expr
+
+
 def _parse_gold(gold: str):
     cached = _GOLD_CACHE.get(gold)
     if cached is not None:
         _GOLD_CACHE.move_to_end(gold)
         return cached
-    # A bare gold answer ("2\\sqrt{3}") must be parsed as LaTeX: plain parse() would read "2".
-    if "\\boxed" in gold or "$" in gold or "\\(" in gold or "\\[" in gold:
-        parsed = _mv_parse(gold)
+    # A bare gold answer ("2\\sqrt{3}") is parsed as LaTeX, whole, like the answers it is compared with.
+    if "\\boxed" in gold or "\\fbox" in gold:
+        from brorl.rewards.extraction import extract_boxed
+
+        # One box: its content, read whole. Several ("\\boxed{1} and \\boxed{2}"): math-verify's list of them.
+        inner = extract_boxed(gold) if gold.count("\\boxed") + gold.count("\\fbox") == 1 else None
+        parsed = _parse_whole(inner) if inner else _mv_parse(gold)
     else:
-        parsed = _mv_parse("\\boxed{" + gold + "}") or _mv_parse(gold)
+        latex = _raw_to_latex(gold)
+        parsed = _parse_whole(latex) if latex is not None else _mv_parse(gold)
     _GOLD_CACHE[gold] = parsed
     if len(_GOLD_CACHE) > _GOLD_CACHE_SIZE:
         _GOLD_CACHE.popitem(last=False)
@@ -47,13 +130,18 @@ def _parse_gold(gold: str):
 
 
 def _task_math(kind: str, answer: str, gold: str) -> float:
-    """Verify one extracted answer against one gold answer with math-verify (gold first)."""
+    """Verify one extracted answer against one gold answer with math-verify's comparison (gold first), both read
+    whole (:func:`_parse_whole`)."""
     from math_verify import verify
 
     gold_parsed = _parse_gold(gold)
     if not gold_parsed:
         return 0.0
-    pred_parsed = _mv_parse("\\boxed{" + answer + "}" if kind == "boxed" else answer)
+    if kind != "boxed":
+        answer = _raw_to_latex(answer)
+        if answer is None:
+            return 0.0
+    pred_parsed = _parse_whole(answer)
     if not pred_parsed or _false_equation(pred_parsed[0]):
         return 0.0
     return 1.0 if verify(gold_parsed, pred_parsed, timeout_seconds=None) else 0.0

@@ -30,6 +30,7 @@ from brorl.rewards.extraction import (
     completion_text,
     extract_math_answer,
     extract_reasoning_gym_answer,
+    juxtaposed_numbers,
 )
 from brorl.rewards.graders import _DOMAIN_MODULES, _PREPARE, _TASK_DOMAIN, parse_reasoning_gym_entry
 from brorl.rewards.worker import _worker_main
@@ -49,11 +50,16 @@ class RewardPool(DeadlinePool):
         worker (default 3.0, or ``BRORL_REWARD_TIMEOUT``).  On expiry the worker is killed and replaced.
         A soft limit of ``soft_timeout_fraction * timeout`` inside the worker usually ends slow
         Python-level work first, without a restart.  Either way the attempt counts as a timeout
-        (``stats.timeouts``), never as an answer: it is retried ``timeout_retries`` times with a fresh
-        deadline before the task scores 0.0.
+        (``stats.timeouts``), never as an answer: it is retried ``timeout_retries`` times with a fresh, longer
+        deadline; a task that runs out of time on every attempt scores 0.0 *as a timeout*: counted in
+        ``stats.timed_out_tasks`` and flagged in the ``timeouts`` list the scoring methods fill in (the TRL
+        adapters log it as the metric ``rewards/timeouts``), never silently.
     timeout_retries
         Fresh attempts for a task that timed out (default 1), so a correct answer that was slow once on a
         busy machine is not scored 0.0 for it.
+    retry_timeout_factor
+        Each retry's deadline is this many times the last one's (default 2: 3 s, then 6 s), so a right answer that
+        needs a few seconds of sympy (an integral, the Basel sum) on a loaded machine still scores.
     start_method
         ``"forkserver"`` (default where available) or ``"spawn"``.  ``"fork"`` is refused: the parent may
         have torch threads.
@@ -114,11 +120,12 @@ class RewardPool(DeadlinePool):
         max_tasks_per_worker: int | None = None,
         soft_timeout_fraction: float = 0.8,
         preload: Sequence[str] = ("math",),
+        retry_timeout_factor: float = 2.0,
     ) -> None:
         super().__init__(num_workers, timeout, start_method=start_method, timeout_retries=timeout_retries,
                          memory_limit_mb=memory_limit_mb, startup_timeout=startup_timeout,
                          max_tasks_per_worker=max_tasks_per_worker, soft_timeout_fraction=soft_timeout_fraction,
-                         preload=preload)
+                         preload=preload, retry_timeout_factor=retry_timeout_factor)
         self.max_answer_chars = int(max_answer_chars)
         self.max_nesting = int(max_nesting)
         self.max_rg_answer_chars = int(max_rg_answer_chars)
@@ -131,14 +138,19 @@ class RewardPool(DeadlinePool):
 
     # -- caching -----------------------------------------------------------------------------------
 
-    def _run_cached(self, keys: list[tuple | None], tasks_for: Callable[[tuple], tuple[Any, tuple]]) -> list[float]:
+    def _run_cached(self, keys: list[tuple | None], tasks_for: Callable[[tuple], tuple[Any, tuple]],
+                    timeouts: list | None = None, timeout: float | None = None) -> list[float]:
         """Score ``keys`` (None -> 0.0), de-duplicating within the batch and through the LRU cache.
 
         Rewards are cached; a task that timed out on every attempt (or killed its worker) is not: with
         ``cache_timeouts`` it is remembered as a timeout for ``timeout_ttl`` seconds, then tried again.
+        ``timeouts`` (a list) is filled with one flag per key: True where the 0.0 is a timeout (now or remembered).
+        ``timeout`` (seconds per attempt, default the pool's) is for a call that can wait: remembered timeouts are
+        then verified again.
         """
         self._check_fork()
         out = [0.0] * len(keys)
+        flags = [False] * len(keys)
         todo: dict[tuple, list[int]] = {}
         now = time.monotonic()
         for i, key in enumerate(keys):
@@ -150,8 +162,9 @@ class RewardPool(DeadlinePool):
                 if hit is not None:
                     self._cache.move_to_end(key)
                     self.stats.cache_hits += 1
-                elif self._timed_out.get(key, 0.0) > now:
+                elif timeout is None and self._timed_out.get(key, 0.0) > now:
                     hit = 0.0
+                    flags[i] = True
                     self.stats.remembered_timeouts += 1
             if hit is not None:
                 out[i] = hit
@@ -160,12 +173,14 @@ class RewardPool(DeadlinePool):
         if todo:
             unique = list(todo)
             failed = [False] * len(unique)
-            values = self._run([tasks_for(k) for k in unique], failed=failed)
+            timed_out = [False] * len(unique)
+            values = self._run([tasks_for(k) for k in unique], timeout, failed=failed, timed_out=timed_out)
             now = time.monotonic()
             with self._cond:
-                for key, value, bad in zip(unique, values, failed):
+                for key, value, bad, late in zip(unique, values, failed, timed_out):
                     for i in todo[key]:
                         out[i] = value
+                        flags[i] = late
                     if bad:
                         if self.cache_timeouts:
                             self._timed_out[key] = now + self.timeout_ttl
@@ -176,6 +191,8 @@ class RewardPool(DeadlinePool):
                             self._cache.popitem(last=False)
                 if len(self._timed_out) > self.cache_size:  # drop expired entries
                     self._timed_out = {k: t for k, t in self._timed_out.items() if t > now}
+        if timeouts is not None:
+            timeouts[:] = flags
         return out
 
     # -- public scoring API ------------------------------------------------------------------------
@@ -202,17 +219,23 @@ class RewardPool(DeadlinePool):
             answer, gold_text = _normalize_answer(answer), _normalize_answer(gold_text)
             if _nesting_depth(answer) > self.max_nesting or _nesting_depth(gold_text) > self.max_nesting:
                 return None
+            if juxtaposed_numbers(answer) and not juxtaposed_numbers(gold_text):  # a list of numbers (12 13)
+                return None
             return ("math", kind, answer, gold_text)
         except Exception:
             logger.debug("math pre-filter failed", exc_info=True)
             return None
 
-    def math_rewards(self, completions: Sequence[Any], golds: Sequence[Any]) -> list[float]:
-        """Score a batch of math completions against gold answers in parallel; each reward is 0.0 or 1.0."""
+    def math_rewards(self, completions: Sequence[Any], golds: Sequence[Any], *,
+                     timeouts: list | None = None, timeout: float | None = None) -> list[float]:
+        """Score a batch of math completions against gold answers in parallel; each reward is 0.0 or 1.0.
+        ``timeouts``, if a list, is filled with one flag per completion: True where its 0.0 is a timeout.
+        ``timeout``: seconds per attempt for this call (default the pool's), for a caller off the training's
+        critical path (evaluation retries its timeouts with a long one)."""
         if len(completions) != len(golds):
             raise ValueError(f"{len(completions)} completions but {len(golds)} gold answers")
         keys = [self._math_key(c, g) for c, g in zip(completions, golds)]
-        return self._run_cached(keys, lambda k: ("math", k[1:]))
+        return self._run_cached(keys, lambda k: ("math", k[1:]), timeouts, timeout)
 
     def math_reward(self, completion: Any, gold: Any) -> float:
         """Score one math completion (see :func:`math_reward`)."""
@@ -231,8 +254,11 @@ class RewardPool(DeadlinePool):
             logger.debug("reasoning gym pre-filter failed", exc_info=True)
             return None
 
-    def reasoning_gym_rewards(self, completions: Sequence[Any], entries: Sequence[Any]) -> list[float]:
-        """Score a batch of Reasoning Gym completions with their datasets' scorers, in parallel."""
+    def reasoning_gym_rewards(self, completions: Sequence[Any], entries: Sequence[Any], *,
+                              timeouts: list | None = None, timeout: float | None = None) -> list[float]:
+        """Score a batch of Reasoning Gym completions with their datasets' scorers, in parallel. ``timeouts``, if a
+        list, is filled with one flag per completion: True where its 0.0 is a timeout; ``timeout`` as for
+        :meth:`math_rewards`."""
         if len(completions) != len(entries):
             raise ValueError(f"{len(completions)} completions but {len(entries)} entries")
         out = [0.0] * len(completions)
@@ -244,8 +270,12 @@ class RewardPool(DeadlinePool):
             else:
                 tasks.append(task)
                 where.append(i)
-        for i, value in zip(where, self._run(tasks)):
-            out[i] = value
+        late = [False] * len(tasks)
+        flags = [False] * len(completions)
+        for i, value, t in zip(where, self._run(tasks, timeout, timed_out=late), late):
+            out[i], flags[i] = value, t
+        if timeouts is not None:
+            timeouts[:] = flags
         return out
 
     def reasoning_gym_reward(self, completion: Any, entry: Any) -> float:

@@ -230,10 +230,18 @@ def metrics(end: dict, start: dict, ks=DEFAULT_K) -> dict:
     return out
 
 
-def save(path: str | Path, start: dict, end: dict) -> None:
+def save(path: str | Path, start: dict, end: dict, **extra) -> None:
     with atomic_path(path) as tmp:
         np.savez(tmp, p_start=start["p"], p_end=end["p"], task=end["task"], ids=end["ids"],
-                 answer_probs_start=start["answer_probs"], answer_probs_end=end["answer_probs"])
+                 answer_probs_start=start["answer_probs"], answer_probs_end=end["answer_probs"], **extra)
+
+
+def train_pool_metrics(start: dict, end: dict) -> dict:
+    """The training pool's own pass rates (the tail pool: every prompt in the band at the start): mean exact p at
+    the start and the end, and the share still at or below 1/512 (the mechanism BroRL names: N reaches the tail)."""
+    return {"prompts": int(end["p"].size), "q_pos_start": float(start["p"].mean()) if start["p"].size else None,
+            "q_pos_end": float(end["p"].mean()) if end["p"].size else None,
+            "zero_share_end": float((end["p"] <= TAIL_LO).mean()) if end["p"].size else None}
 
 
 def run_study_arm(config: dict, init_model_dir, data_dir, work_dir, model_out, results_out, *, arm: str, seed: int,
@@ -269,8 +277,13 @@ def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, 
         start = measure_cached(init_model_dir, data_dir, settings, config.get("heldout_cache"), source=source)
         end = measure(model_out, data_dir, settings, source=source)
     out = metrics(end, start, ks=config.get("heldout_k") or DEFAULT_K)
+    extra = {}
+    if config.get("train_pool"):  # the tail pool: the training prompts' own tail (exact p, tiny tasks)
+        t0, t1 = probabilities(init_model_dir, data_dir, "train"), probabilities(model_out, data_dir, "train")
+        out["train_pool"] = train_pool_metrics(t0, t1)
+        extra = {"p_train_start": t0["p"], "p_train_end": t1["p"]}
     results = Path(results_out)
-    save(results / "heldout.npz", start, end)
+    save(results / "heldout.npz", start, end, **extra)
     write_text(results / "heldout.json", json.dumps(out, indent=1) + "\n")
     mlflow.log_metrics(numeric_metrics(out, "heldout/"))
     mlflow.log_artifact(str(results / "heldout.json"))

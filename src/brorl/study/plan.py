@@ -27,12 +27,17 @@ Config (``study`` section, ``config/study.yaml``; every stage also takes ``rl.re
       factorial: [batch_S, batch_8S]   # two settings, small then large batch, same two N: the 2x2 N x batch
       budgets: {multiples: [4, 16], settings: [base, paper_comparison]}  # -> base_x4, paper_comparison_x16, ...
       include: [paper_comparison, ...] # run and summarise only these settings (empty or absent: all)
+      refill: {max_rounds: 1, round_prompts: 0}  # dynamic-sampling refill of every arm (default: none)
+      premise: {seeds: [0], sample_budget: ..., plateau_window: 8, plateau_slope: ...}  # the measured plateau
+      tail_pool: {candidates: 24576, test_size: 2000}   # `pool: tail`: the start's (1/512, 1/16) training prompts
+      decision: {setting: tail_comparison, margin: 0.01, alpha: 0.05}  # the decision rule, stated before the run
 
 Axes of an ablation: ``ns``, ``samples_per_step`` and ``steps`` (every arm of the setting: its batch geometry and
 total, e.g. the paper's 128 prompts per step at N=512), ``prompts_per_step`` ({N: prompts}: that N's samples per step change, its total
 budget does not), ``pool`` (``fixed`` | ``fresh``), ``start`` (``plateau`` | ``late``), ``settings``
 (RLSettings overrides), ``time_budget_s`` (equal wall time instead of equal samples: every arm of the setting
-trains for this many seconds). ``budgets`` adds, for each named setting and multiple m, a setting ``<name>_x<m>``
+trains for this many seconds), ``refill`` (``{max_rounds, round_prompts}``: this setting's dynamic-sampling refill,
+over ``study.refill``). ``budgets`` adds, for each named setting and multiple m, a setting ``<name>_x<m>``
 with m times its steps (or seconds): the same comparison at m times the total budget.
 
 An arm whose stage (with the learning rate resolved: the sqrt rule at B = B0 equals the constant rule), start and
@@ -40,8 +45,17 @@ pool equal an arm of an earlier setting (order: base, the ablations as listed, t
 again: the setting reads that arm (e.g. ``fewer_prompts`` changes only N=512; ``paper_comparison``'s two arms are
 cells of the factorial).
 
-Every arm runs one round of generation per step (``max_rounds: 1``: dynamic sampling filters the zero-signal
-groups but does not refill), so generated samples per step are exactly equal across N.
+By default every arm runs one round of generation per step (``study.refill`` absent = ``max_rounds: 1``: dynamic
+sampling filters the zero-signal groups but does not refill), so generated samples per step are exactly equal
+across N. ``refill: {max_rounds: 10, round_prompts: 0}`` is the paper's kept-batch geometry (NeMo's
+``dynamic_sampling_max_gen_batches: 10`` [nemo]): rounds are generated until ``prompts_per_step`` groups with a
+learning signal are kept, so ``prompts_per_step`` counts kept prompts, generated samples per step vary, and the
+total (``sample_budget``, generated samples) stays equal across N.
+
+Two more parts run beside the settings when configured: ``premise`` (:func:`premise_stage`: continued N=16 from
+the start with the slope plateau stop and a stated sample budget; rule ``study_premise``) and ``tail_pool``
+(:mod:`brorl.study.tail`: a fresh training pool scored at the start, kept in BroRL's band; rule
+``study_tail_pool``; the ``pool: tail`` of a setting).
 """
 
 from __future__ import annotations
@@ -51,19 +65,23 @@ import math
 from brorl.profile import Profile
 
 BASE = "base"
-POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh"}
+POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh", "tail": "results/study/data_tail"}
 STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
 """The tiny profile's prompt pools and start models (:func:`pools`, :func:`starts` give a profile's)."""
-AXES = ("ns", "samples_per_step", "steps", "prompts_per_step", "pool", "start", "settings", "time_budget_s")
+AXES = ("ns", "samples_per_step", "steps", "prompts_per_step", "pool", "start", "settings", "time_budget_s", "refill")
+REFILL = {"max_rounds": 1, "round_prompts": 0}
+"""The study's default refill: one generation round per step (equal generated samples per step across N)."""
+PREMISE_DEFAULTS = {"seeds": [0], "plateau_window": 8, "probe_every": 5}
+"""``study.premise`` defaults (``sample_budget`` and ``plateau_slope`` have none: the config states them)."""
 LR_KEYS = ("lr_rule", "eta0", "b0")
 TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample steps
 
 
 def pools(profile: Profile) -> dict[str, str]:
     """Prompt pools by name: the profile's training data (``fixed``: its data source's folder) and, on the tiny
-    tasks, a large generated pool (``fresh``)."""
+    tasks, a large generated pool (``fresh``) and the start's hard-tail pool (``tail``, with ``study.tail_pool``)."""
     fixed = {"fixed": profile.source.data_dir}
-    return {**fixed, "fresh": POOLS["fresh"]} if profile.data == "tasks" else fixed
+    return {**fixed, "fresh": POOLS["fresh"], "tail": POOLS["tail"]} if profile.data == "tasks" else fixed
 
 
 def starts(profile: Profile, rl: dict) -> dict[str, str]:
@@ -119,8 +137,9 @@ def arm_spec(rl: dict, study: dict, setting: str, n: int) -> dict:
     ax = _axes(study, setting)
     per_step, steps = ax.get("samples_per_step", study["samples_per_step"]), ax.get("steps", study["steps"])
     prompts = {int(k): v for k, v in (ax.get("prompts_per_step") or {}).items()}.get(n, per_step // n)
+    refill = {**REFILL, **(study.get("refill") or {}), **(ax.get("refill") or {})}
     stage = {**rl.get("recipe", {}), **study.get("settings", {}), **ax.get("settings", {}),
-             "n_rollouts": n, "prompts_per_step": prompts, "max_rounds": 1, "round_prompts": 0}
+             "n_rollouts": n, "prompts_per_step": prompts, **refill}
     if ax.get("time_budget_s"):
         stage.update(time_budget_s=ax["time_budget_s"], sample_budget=0,
                      steps=steps * TIME_STEP_CAP * max(1, per_step // (prompts * n)))
@@ -178,6 +197,21 @@ def late_start_stage(profile: Profile, rl: dict, study: dict) -> dict:
                  {"n_rollouts": ref, "prompts_per_step": study["samples_per_step"] // ref})
     return {**rl.get("recipe", {}), **arms.get("settings", {}), **batch, "steps": study["late_start_steps"],
             "sample_budget": 0}
+
+
+def premise_settings(study: dict) -> dict:
+    """``study.premise`` over :data:`PREMISE_DEFAULTS` (empty: no premise run)."""
+    return {**PREMISE_DEFAULTS, **study["premise"]} if study.get("premise") else {}
+
+
+def premise_stage(profile: Profile, rl: dict, study: dict) -> dict:
+    """The premise test (issue 29): continued N=16 from the start as :func:`late_start_stage` builds it (the ProRL
+    stage's batch and learning rate; a fetched start: the recipe at ProRL's batch), with the slope plateau stop,
+    until it fires or ``sample_budget`` generated samples are spent."""
+    p = premise_settings(study)
+    return {**late_start_stage(profile, rl, {**study, "late_start_steps": 1}), "steps": 0,
+            "sample_budget": p["sample_budget"], "plateau_rule": "slope", "plateau_window": p["plateau_window"],
+            "plateau_slope": p["plateau_slope"], "probe_every": p["probe_every"]}
 
 
 def heldout_settings(rl: dict, study: dict) -> dict:
@@ -251,6 +285,7 @@ def study_errors(config: dict) -> list[str]:
                 RLSettings.from_dict({**arm_spec(rl, study, setting, n)["stage"], "seed": 0})
             except (TypeError, ValueError) as err:
                 errors.append(f"{where} (N={n}): {err} [rule: RLSettings]")
+    errors += _premise_tail_errors(profile, rl, study, names)
     h = heldout_settings(rl, study)
     if h["mode"] not in ("exact", "sampled"):
         errors.append(f"study.heldout.mode: {h['mode']!r} is not one of exact, sampled [rule: heldout modes]")
@@ -272,3 +307,35 @@ def study_errors(config: dict) -> list[str]:
             errors.append(f"study.ablations.{setting}.ns: no N above the reference N = {ref} (the smallest of "
                           "study.ns) to compare [rule: larger N arm]")
     return list(dict.fromkeys(errors))
+
+
+def _premise_tail_errors(profile: Profile, rl: dict, study: dict, names: list[str]) -> list[str]:
+    """``study.premise``, ``study.tail_pool``, ``study.decision`` and the settings on ``pool: tail``."""
+    from brorl.training.settings import RLSettings
+
+    errors = []
+    for name in set(names) & {"premise", "prorl_late", "data_fresh", "data_tail"}:
+        errors.append(f"study.ablations.{name}: the name is a folder of the study's other rules under results/study "
+                      "[rule: reserved setting names]")
+    if study.get("premise"):
+        missing = [k for k in ("sample_budget", "plateau_slope") if k not in study["premise"]]
+        if missing:
+            errors.append(f"study.premise.{missing[0]}: required (the premise run's stated budget and slope "
+                          "threshold) [rule: premise states its budget]")
+        else:
+            try:
+                RLSettings.from_dict({**premise_stage(profile, rl, study), "seed": 0})
+            except (TypeError, ValueError) as err:
+                errors.append(f"study.premise: {err} [rule: RLSettings]")
+    tail_users = [s for s in names if s != BASE and _axes(study, s).get("pool") == "tail"]
+    if tail_users and not study.get("tail_pool"):
+        errors.append(f"study.ablations.{tail_users[0]}.pool: `tail` needs study.tail_pool (the candidates scored "
+                      "at the start) [rule: tail pool configured]")
+    if study.get("tail_pool") and profile.data != "tasks":
+        errors.append(f"study.tail_pool: needs exact pass rates (the tiny tasks); profile.data: {profile.data} "
+                      "[rule: tail pool is tiny-only]")
+    d = study.get("decision")
+    if d and d.get("setting") not in names:
+        errors.append(f"study.decision.setting: {d.get('setting')!r} is not a setting ({', '.join(names)}) "
+                      "[rule: known settings]")
+    return errors

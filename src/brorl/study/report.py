@@ -7,11 +7,14 @@ judged by. The paper profile has no validation probes: there the best arm is cho
 held-out prompts and judged on the odd-indexed ones (:func:`_select`). The comparison is the held-out mean@k (exact: mean p over test prompts; see
 :mod:`brorl.study.heldout`) with
 
-- a paired t-test over test prompts (per-prompt p averaged over seeds, best arm minus N=16);
-- the spread over seeds (seed-matched differences: mean, sd, how many are positive).
+- a **seed-level** test, which decides (:mod:`brorl.stats`): the seed-matched differences of per-seed held-out
+  means, t-tested against 0 (paired by seed, df = seeds - 1; Welch's test over per-seed means if the seeds differ);
+- a paired t-test over test prompts (per-prompt p averaged over seeds), kept as a secondary column only: prompts of
+  one run share its noise, so its p overstates certainty.
 
-Verdict: **won** if the difference is positive with two-sided p < 0.05 and every seed agrees; **lost** if
-negative under the same rule; **tied** otherwise.
+Verdict: **won** / **lost** if the seed-level two-sided p < 0.05 (by the sign of the difference), **tied**
+otherwise, **not testable** with fewer than 3 seeds. Per-seed values: ``seeds.csv`` beside the summary; every
+comparison with its tests: ``verdicts.csv``.
 """
 
 from __future__ import annotations
@@ -25,10 +28,10 @@ import numpy as np
 
 from brorl.study.heldout import BINS
 from brorl.study.plan import BASE, all_settings, budget_settings, arm_spec, family, reference_n, study_plan
+from brorl.stats import ALPHA, describe, fmt_p, one_sample, seed_level, verdict as seed_verdict
 from brorl.training.report import paired
 from brorl.atomic import atomic_open, save_figure, write_text
 
-ALPHA = 0.05
 COLUMNS = ("setting", "n", "prompts_per_step", "seeds", "steps", "generated_samples", "kept_samples",
            "wall_time_s", "dynamic_sampling_pass_rate", "validation_pass1_end", "test_mean_at_k", "test_pass@16",
            "test_pass@256", "test_zero_share", "tail_q_pos_end", "probe_frac_correct_improved",
@@ -45,6 +48,7 @@ def load_arm(folder: Path) -> list[dict]:
         s["heldout"] = json.loads((seed_dir / "heldout.json").read_text())
         z = np.load(seed_dir / "heldout.npz")
         s["p_end"], s["p_start"] = z["p_end"], z["p_start"]
+        s["task"] = z["task"] if "task" in z.files else np.full(s["p_end"].size, "")  # older files: no families
         start = [(0.0, s["validation_pass1_start"])] if "validation_pass1_start" in s else []
         s["probe_curve"] = start + _probe_curve(seed_dir / "metrics.csv")
         run = seed_dir / "mlflow_run_id"
@@ -85,26 +89,21 @@ def arm_row(setting: str, n: int, arm: list[dict]) -> dict:
 
 
 def compare(best: list[dict], ref: list[dict], judged: np.ndarray | None = None) -> dict:
-    """Best larger-N arm vs N=16 on held-out mean@k: paired over prompts, spread over seeds. ``judged``: the
-    held-out prompts the comparison uses (None: all)."""
+    """Best larger-N arm vs N=16 on held-out mean@k: the seed-level test (it decides the verdict) and, secondary,
+    the paired test over prompts (``prompt``). ``judged``: the held-out prompts the comparison uses (None: all)."""
     a = np.mean([s["p_end"] for s in best], axis=0)
     b = np.mean([s["p_end"] for s in ref], axis=0)
     mask = np.ones(a.size, bool) if judged is None else judged
-    test = paired(a[mask], b[mask])
-    ref_by_seed = {s["seed"]: s for s in ref}
-    seed_deltas = [float(np.mean(s["p_end"][mask]) - np.mean(ref_by_seed[s["seed"]]["p_end"][mask]))
-                   for s in best if s["seed"] in ref_by_seed]
+    prompt = paired(a[mask], b[mask])
+    per_seed = lambda arm: {s["seed"]: float(np.mean(s["p_end"][mask])) for s in arm}  # noqa: E731
+    seed = seed_level(per_seed(best), per_seed(ref))
+    ref_by_seed = per_seed(ref)
+    seed_deltas = [v - ref_by_seed[k] for k, v in per_seed(best).items() if k in ref_by_seed]
     p256 = lambda arm: np.mean([s["heldout"]["all"]["pass@256"] for s in arm])  # noqa: E731
     zero = lambda arm: np.mean([s["heldout"]["all"]["histogram"]["zero"] for s in arm])  # noqa: E731
-    if math.isnan(test["p_two_sided"]):
-        verdict = "tied"
-    elif test["p_two_sided"] < ALPHA and test["delta"] > 0 and seed_deltas and all(x > 0 for x in seed_deltas):
-        verdict = "won"
-    elif test["p_two_sided"] < ALPHA and test["delta"] < 0 and seed_deltas and all(x < 0 for x in seed_deltas):
-        verdict = "lost"
-    else:
-        verdict = "tied"
-    return {**test, "seed_deltas": seed_deltas, "verdict": verdict,
+    return {**seed, "delta": prompt["delta"] if seed["per_seed"] else seed["delta"], "prompt": prompt,
+            "seed_deltas": seed_deltas, "verdict": seed_verdict(seed),
+            "per_seed_best": per_seed(best), "per_seed_ref": ref_by_seed,
             "delta_pass256": float(p256(best) - p256(ref)), "delta_zero_share": float(zero(best) - zero(ref)),
             "ds_best": _mean(best, lambda s: s["dynamic_sampling_pass_rate"]),
             "ds_ref": _mean(ref, lambda s: s["dynamic_sampling_pass_rate"]),
@@ -160,7 +159,10 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
                                            for n in ns),
                              "end_best": float(np.mean([s["p_end"].mean() for s in best])),
                              "end_ref": float(np.mean([s["p_end"].mean() for s in ref])),
-                             "start": float(np.mean(ref[0]["p_start"])), "unequal": _per_step(best) != _per_step(ref)}
+                             "start": float(np.mean(ref[0]["p_start"])), "unequal": _per_step(best) != _per_step(ref),
+                             "short": f"N={best_n} x {best[0]['prompts_per_step'][0]} prompts vs N={ref_n} x "
+                                      f"{ref[0]['prompts_per_step'][0]}, "
+                                      f"{_mean(ref, lambda s: s['generated_samples']):,.0f} samples each"}
         for n in ns:
             rows.append({**arm_row(setting, n, arm_of(setting, n)),
                          "reused_from": plan[setting][n] if plan[setting][n] != setting else ""})
@@ -171,13 +173,72 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
         w.writerows(rows)
     factorial = factorial_of(study, plan, arm_of)
     premise = premise_tests(rl, study, plan, arm_of)
+    measured = premise_run(study, results)
+    tail = tail_section(study, plan, arm_of, verdicts, results)
     out = Path(md_path).parent
+    _seed_csv(plan, arm_of, out / "seeds.csv")
+    _verdict_csv(verdicts, factorial, premise, out / "verdicts.csv")
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
     _budget_figure(study, verdicts, out / "budget.png")
-    _saturation_figure(premise, out / "saturation.png")
-    write_text(md_path, _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise,
-                                  profile))
+    runs = measured["runs"] if measured else []
+    _saturation_figure(premise + ([{"arm": "premise run (slope stop)", "curves": [r["probe_curve"] for r in runs],
+                                    "samples": _mean(runs, lambda r: r["generated_samples"]),
+                                    "end": _mean(runs, lambda r: float(r["p_end"].mean())),
+                                    "start": float(runs[0]["p_start"].mean())}] if runs else []),
+                       out / "saturation.png")
+    md = _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
+                   measured=measured, tail=tail)
+    write_text(md_path, md)
     return verdicts
+
+
+SEED_COLUMNS = ("setting", "n", "seed", "reused_from", "steps", "generated_samples", "kept_samples", "wall_time_s",
+                "dynamic_sampling_pass_rate", "validation_pass1_end", "test_mean_at_k", "test_pass@16", "test_pass@256",
+                "test_zero_share", "tail_q_pos_end", "run_id")
+
+
+def _seed_csv(plan, arm_of, path) -> None:
+    """One row per (setting, N, seed): the per-seed values every seed-level test uses (``seeds.csv``)."""
+    rows = []
+    for setting, by_n in plan.items():
+        for n in sorted(by_n):
+            for s in arm_of(setting, n):
+                h = s["heldout"]["all"]
+                rows.append({"setting": setting, "n": n, "seed": s["seed"],
+                             "reused_from": by_n[n] if by_n[n] != setting else "", "steps": s.get("steps"),
+                             "generated_samples": s.get("generated_samples"), "kept_samples": s.get("kept_samples"),
+                             "wall_time_s": s.get("wall_time_s"),
+                             "dynamic_sampling_pass_rate": s.get("dynamic_sampling_pass_rate"),
+                             "validation_pass1_end": s.get("validation_pass1_end"),
+                             "test_mean_at_k": float(np.mean(s["p_end"])), "test_pass@16": h.get("pass@16"),
+                             "test_pass@256": h.get("pass@256"), "test_zero_share": h["histogram"]["zero"],
+                             "tail_q_pos_end": s["heldout"].get("tail", {}).get("q_pos_end"), "run_id": s["run_id"]})
+    with atomic_open(path, newline="") as f:
+        w = csv.DictWriter(f, fieldnames=SEED_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+
+
+VERDICT_COLUMNS = ("comparison", "kind", "delta", "per_seed", "seeds", "seed_test", "seed_t", "seed_df", "seed_p",
+                   "prompt_t", "prompt_p", "prompts", "verdict")
+
+
+def _verdict_csv(verdicts, factorial, premise, path) -> None:
+    """Every comparison with its seed-level test (it decides) and the prompt-level one (``verdicts.csv``)."""
+    def row(name, kind, t, verdict):
+        return {"comparison": name, "kind": kind, "delta": t["delta"], "per_seed": " ".join(f"{x:.6g}" for x in t["seed_deltas"]),
+                "seeds": t["seeds"], "seed_test": t["test"] if t.get("testable") else f"not testable ({t['why']})",
+                "seed_t": t["t"], "seed_df": t["df"], "seed_p": t["p_two_sided"], "prompt_t": t["prompt"]["t"],
+                "prompt_p": t["prompt"]["p_two_sided"], "prompts": t["prompt"]["prompts"], "verdict": verdict}
+
+    rows = [row(r["arm"], "premise: end - start", r, "gain" if r["significant_gain"] else seed_verdict(r)) for r in premise]
+    rows += [row(s, "best larger N - N=16", v, v["verdict"]) for s, v in verdicts.items()]
+    if factorial:
+        rows += [row(f"factorial {name}", "effect", e, seed_verdict(e)) for name, e in factorial["effects"].items()]
+    with atomic_open(path, newline="") as f:
+        w = csv.DictWriter(f, fieldnames=VERDICT_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
 
 
 def run_study_summary(config: dict, results_dir, md_path, csv_path, png_delta, png_base, *,
@@ -191,24 +252,26 @@ def run_study_summary(config: dict, results_dir, md_path, csv_path, png_delta, p
     verdicts = write_summary(config["rl"], config["study"], results_dir, md_path, csv_path, png_delta, png_base,
                              order=config.get("order"), profile=profile)
     mlflow.log_metrics({f"delta/{k}": v["delta"] for k, v in verdicts.items()})
-    beside = [str(Path(md_path).parent / name) for name in ("budget.png", "saturation.png")]
+    beside = [str(Path(md_path).parent / name) for name in ("budget.png", "saturation.png", "seeds.csv", "verdicts.csv")]
     log_artifacts(md_path, csv_path, png_delta, png_base, *beside)
     return verdicts
 
 
 def effect(plus: list[list[dict]], minus: list[list[dict]], scale: float = 1.0) -> dict:
-    """A contrast of arms on held-out p: scale x (sum of ``plus`` arms - sum of ``minus`` arms), per prompt
-    (p averaged over seeds) with a one-sample t-test over prompts, and per seed (seeds present in every arm)."""
+    """A contrast of arms on held-out p: scale x (sum of ``plus`` arms - sum of ``minus`` arms), per seed (seeds
+    present in every arm) with a one-sample t-test over seeds (it decides), and per prompt (p averaged over seeds,
+    one-sample t over prompts: ``prompt``, secondary)."""
     def per_prompt(group):
         return sum(np.mean([s["p_end"] for s in arm], axis=0) for arm in group) * scale
 
-    test = paired(per_prompt(plus), per_prompt(minus))
+    prompt = paired(per_prompt(plus), per_prompt(minus))
     seeds = sorted(set.intersection(*({s["seed"] for s in arm} for arm in plus + minus)))
 
     def at(group, seed):
         return sum(next(s for s in arm if s["seed"] == seed)["p_end"].mean() for arm in group) * scale
 
-    return {**test, "seed_deltas": [float(at(plus, seed) - at(minus, seed)) for seed in seeds]}
+    deltas = [float(at(plus, seed) - at(minus, seed)) for seed in seeds]
+    return {**one_sample(deltas), "prompt": prompt, "seed_deltas": deltas}
 
 
 def factorial_effects(cells: dict[tuple[int, int], list[dict]]) -> dict[str, dict]:
@@ -240,15 +303,18 @@ def premise_tests(rl: dict, study: dict, plan: dict, arm_of) -> list[dict]:
     ref_n, out, seen = reference_n(study), [], set()
     for setting, by_n in plan.items():
         owner = by_n.get(ref_n)
-        if owner is None or owner in seen or arm_spec(rl, study, setting, ref_n)["start"] != "plateau":
-            continue
+        spec = arm_spec(rl, study, setting, ref_n)
+        if owner is None or owner in seen or spec["start"] != "plateau" or spec["pool"] == "tail":
+            continue  # the tail pool trains on other prompts: its N=16 gain says nothing of the start's saturation
         seen.add(owner)
         arm = arm_of(setting, ref_n)
-        test = paired(np.mean([s["p_end"] for s in arm], axis=0), np.mean([s["p_start"] for s in arm], axis=0))
+        prompt = paired(np.mean([s["p_end"] for s in arm], axis=0), np.mean([s["p_start"] for s in arm], axis=0))
         gains = [float(s["p_end"].mean() - s["p_start"].mean()) for s in arm]
-        out.append({**test, "arm": owner, "seed_deltas": gains, "samples": _mean(arm, lambda s: s["generated_samples"]),
+        test = one_sample(gains)
+        out.append({**test, "prompt": prompt, "arm": owner, "seed_deltas": gains,
+                    "samples": _mean(arm, lambda s: s["generated_samples"]),
                     "start": float(np.mean(arm[0]["p_start"])), "end": float(np.mean([s["p_end"].mean() for s in arm])),
-                    "significant_gain": test["delta"] > 0 and test["p_two_sided"] < ALPHA and all(g > 0 for g in gains),
+                    "significant_gain": seed_verdict(test) == "won",
                     "curves": [s["probe_curve"] for s in arm], "wall_s": _mean(arm, lambda s: s["wall_time_s"]),
                     "runs": [s["run_id"] for s in arm]})
     return sorted(out, key=lambda r: (r["samples"], max(map(len, r["curves"]), default=0)))  # last: longest curve
@@ -269,8 +335,9 @@ def _select(bigger: list[int], arm_of) -> tuple[int, np.ndarray | None]:
     return best, ~even
 
 
-def _p(x: float) -> str:
-    return "–" if x is None or math.isnan(x) else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
+_p = fmt_p
+TEST_HEAD = "Δ | per-seed Δ | seed-level p | prompt-level p (secondary)"
+TEST_RULE = "|---|---|---|---|"
 
 
 def _runs(arm_or_ids) -> str:
@@ -283,10 +350,12 @@ def _seeds(deltas) -> str:
 
 
 def _test_cells(v) -> str:
-    return f"{v['delta']:+.4f} | {v['t']:.2f} | {_p(v['p_two_sided'])} | {_seeds(v['seed_deltas'])}"
+    """Δ, the per-seed values, the seed-level test (it decides) and the prompt-level p (secondary)."""
+    return f"{v['delta']:+.4f} | {_seeds(v['seed_deltas'])} | {describe(v)} | {_p(v['prompt']['p_two_sided'])}"
 
 
-def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile) -> str:
+def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
+              measured=None, tail=None) -> str:
     n_seeds = len(study["seeds"])
     ref_n = reference_n(study)
     first = next(iter(plan))
@@ -299,20 +368,25 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
            "pass@k: the unbiased estimator; `brorl.study.heldout`).")
     lines = [
         "# The N-scaling study" + (f" ({profile} profile)" if profile else ""), "",
+        *([measured["first_line"], ""] if measured else []),  # the premise test's result opens the summary
         f"From the ProRL checkpoint (held-out mean@k {start_all:.4f}), N={ref_n} against larger N at equal generated "
-        f"samples in total; {n_seeds} seeds configured; one generation round per step (dynamic sampling filters, no refill). "
+        f"samples in total; {n_seeds} seeds configured; {_refill_note(study)}. "
         "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",
         _coverage(study, plan, verdicts) + _short_arms(study, plan, arm_of), "",
-        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n), ""]
+        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n, measured, tail), ""]
+    lines += _premise_run_md(measured) if measured else []  # the measured premise first (issue 29) ...
+    lines += _tail_md(tail) if tail else []  # ... then the tail-dominated pool, then the earlier settings
+    lines += _premise_md(premise, ref_n)  # the premise first: every comparison below depends on it
     unequal = {s: v for s, v in verdicts.items() if v["unequal"]}
     if unequal:
         lines += ["## BroRL's comparison: larger N at a larger batch", "",
                   f"Settings whose larger-N arm has more samples per step than the N={ref_n} arm (BroRL Table 1: "
                   "N=512 x 128 prompts, 8x the samples per step, sqrt lr, against N=16 x 512 prompts, equal totals). "
-                  "Δ: held-out mean@k, larger N minus N=16; t and p: paired over test prompts (p averaged over "
-                  "seeds); per-seed Δ: seed-matched.", "",
-                  f"| setting | N={ref_n} arm | larger-N arm | samples per arm | N={ref_n} end | larger N end | Δ | t | p | "
-                  "per-seed Δ | verdict | wall s (all arms) | runs (larger N; N=16) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "Δ: held-out mean@k, larger N minus N=16; per-seed Δ: seed-matched; seed-level p: the per-seed Δ t-tested "
+                  "against 0 (it decides the verdict); prompt-level p: paired over test prompts (p averaged over "
+                  "seeds), secondary.", "",
+                  f"| setting | N={ref_n} arm | larger-N arm | samples per arm | N={ref_n} end | larger N end | {TEST_HEAD} | "
+                  "verdict | wall s (all arms) | runs (larger N; N=16) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for setting, v in unequal.items():
             lines.append(f"| {setting} | {v['describe_ref']} | {v['describe']} | {v['samples']:,.0f} | {v['end_ref']:.4f} | "
                          f"{v['end_best']:.4f} | {_test_cells(v)} | **{v['verdict']}** | {v['wall_s']:.0f} | "
@@ -320,8 +394,8 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
         lines.append("")
     if factorial:
         lines += _factorial_md(factorial, ref_n)
-    lines += _budget_md(study, verdicts, ref_n) + _premise_md(premise, ref_n)
-    counts = {v: sum(1 for x in verdicts.values() if x["verdict"] == v) for v in ("won", "lost", "tied")}
+    lines += _budget_md(study, verdicts, ref_n)
+    counts = {v: sum(1 for x in verdicts.values() if x["verdict"] == v) for v in ("won", "lost", "tied", "not testable")}
     ds_up = sum(1 for x in verdicts.values() if x["ds_best"] > x["ds_ref"])
     p256_up = sum(1 for x in verdicts.values() if x["delta_pass256"] > 0)
     zero_down = sum(1 for x in verdicts.values() if x["delta_zero_share"] < 0)
@@ -329,14 +403,15 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
     total = len(verdicts)
     lines += [
         "## Verdict per setting", "",
-        f"Best larger-N arm chosen on validation, compared with the N={ref_n} arm on held-out mean@k: Δ, a paired t-test "
-        "over test prompts (per-prompt p averaged over seeds) and the seed-matched differences. "
+        f"Best larger-N arm chosen on validation, compared with the N={ref_n} arm on held-out mean@k: Δ, the seed-matched "
+        "differences, their t-test against 0 (seed-level p; it decides) and a paired t-test over test prompts "
+        "(prompt-level p, secondary). "
         + ("" if all(v["judged"] == "all" for v in verdicts.values()) else
            "Without validation probes (paper profile) the best arm is chosen on the even-indexed held-out prompts "
            "and judged on the odd-indexed ones. ") +
-        "won / lost: two-sided p < 0.05 and every seed agrees; otherwise tied. Wall s: training seconds of all "
+        "won / lost: seed-level two-sided p < 0.05; otherwise tied; fewer than 3 seeds: not testable. Wall s: training seconds of all "
         "the setting's arms and seeds (reused arms included).", "",
-        "| setting | best N | Δ mean@k | t | p (two-sided) | per-seed Δ | verdict | Δ pass@256 | Δ zero share "
+        f"| setting | best N | {TEST_HEAD} | verdict | Δ pass@256 | Δ zero share "
         f"| DS pass rate (best / N={ref_n}) | probes: correct answers up (best / N={ref_n}) | wall s | runs (best; N={ref_n}) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -350,7 +425,8 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
         lines.append(f"- **{setting}**: {v['describe']}; N={ref_n}: {v['describe_ref']}")
     lines += ["", "## What this says", "",
               f"Larger N **won in {counts['won']} of {total} settings, lost in {counts['lost']}, tied in "
-              f"{counts['tied']}** (held-out mean@k, best larger-N arm vs N={ref_n}, at equal generated samples "
+              f"{counts['tied']}**" + (f", not testable in {counts['not testable']}" if counts["not testable"] else "")
+              + f" (seed-level tests; held-out mean@k, best larger-N arm vs N={ref_n}, at equal generated samples "
               "in total). " + _reading(verdicts, ref_n),
               "",
               f"Mechanisms the probes point to: the dynamic-sampling pass rate (share of prompts whose N samples "
@@ -426,9 +502,11 @@ def _factorial_md(f, ref_n) -> list[str]:
              f"| {n0} | {c[0, 0]:.4f} ({_runs(f['runs'][0, 0])}) | {c[0, 1]:.4f} ({_runs(f['runs'][0, 1])}) |",
              f"| {n1} | {c[1, 0]:.4f} ({_runs(f['runs'][1, 0])}) | {c[1, 1]:.4f} ({_runs(f['runs'][1, 1])}) |", "",
              "Effects: N = mean over batch of (N=" + f"{n1} - N={n0}); batch = mean over N of (8x - 1x); interaction = "
-             "(N effect at 8x) - (N effect at 1x). t and p: one-sample t-test over test prompts of the per-prompt "
-             "contrast (p averaged over seeds); per-seed: the contrast on each seed's arms.", "",
-             "| effect | estimate | t | p (two-sided) | per-seed |", "|---|---|---|---|---|"]
+             "(N effect at 8x) - (N effect at 1x). per-seed: the contrast on each seed's arms; seed-level p: those "
+             "t-tested against 0 (it decides); prompt-level p: one-sample t over test prompts of the per-prompt contrast "
+             "(p averaged over seeds), secondary. At equal samples a larger N also means fewer distinct prompts "
+             "(32x fewer at N=512 vs 16), so the N effect is N together with prompt diversity, not N alone.", "",
+             f"| effect | {TEST_HEAD} |", "|---" + TEST_RULE]
     lines += [f"| {k} | {_test_cells(v)} |" for k, v in e.items()]
     lines += ["", f"The larger-N-at-8x minus N={n0}-at-1x difference (BroRL's comparison) is exactly the sum of the "
               f"two main effects: {e['N']['delta']:+.4f} (N) {e['batch']['delta']:+.4f} (batch) = "
@@ -456,7 +534,7 @@ def _budget_md(study, verdicts, ref_n) -> list[str]:
         return []
     lines = ["## The compute budget", "",
              f"The same setting at m times its steps (equal totals within a budget). Δ: held-out mean@k, larger N "
-             f"minus N={ref_n}.", "", "| setting | budget | samples per arm | Δ | t | p | per-seed Δ | verdict | wall s |",
+             f"minus N={ref_n}.", "", f"| setting | budget | samples per arm | {TEST_HEAD} | verdict | wall s |",
              "|---|---|---|---|---|---|---|---|---|"]
     for fam, pts in fams.items():
         for m, s in pts:
@@ -470,9 +548,9 @@ def _premise_md(premise, ref_n) -> list[str]:
         return []
     lines = ["## The premise: does continued N=16 still improve?", "",
              f"BroRL starts where continued N={ref_n} no longer improves. Every N={ref_n} arm from the ProRL "
-             "checkpoint, end against start on held-out p (paired over test prompts, p averaged over seeds; "
-             "per-seed gains).", "",
-             "| arm | samples | start mean@k | end mean@k | gain | t | p | per-seed gain | significant gain | runs |",
+             "checkpoint, end against start on held-out p: per-seed gains t-tested against 0 (seed-level p; it decides) "
+             "and paired over test prompts (prompt-level p, secondary).", "",
+             f"| arm | samples | start mean@k | end mean@k | {TEST_HEAD.replace('Δ', 'gain')} | significant gain | runs |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in premise:
         lines.append(f"| {r['arm']} | {r['samples']:,.0f} | {r['start']:.4f} | {r['end']:.4f} | {_test_cells(r)} | "
@@ -498,7 +576,7 @@ def _premise_sentence(premise, ref_n) -> str:
     if any(r["significant_gain"] for r in premise):
         return (f"**Premise not met**: continued N={ref_n} still gains significantly from this start (up to "
                 f"{longest['samples']:,.0f} samples per arm: {longest['start']:.4f} -> {longest['end']:.4f}, every seed). "
-                "The comparisons above are therefore from a start that is still improving, not BroRL's saturated "
+                "The comparisons below are therefore from a start that is still improving, not BroRL's saturated "
                 f"start. Over the second half of {longest['arm']}'s samples its exact validation pass@1 moved by "
                 f"{late:+.4f} (mean over seeds): " + ("the curve is still rising" if late > 0.005 else
                                                      "the curve is flattening") +
@@ -508,48 +586,79 @@ def _premise_sentence(premise, ref_n) -> str:
             "samples per arm.")
 
 
-def _claims(verdicts, factorial, premise, study, ref_n) -> str:
-    """The verdict paragraph: which of BroRL's claims the numbers support, contradict or cannot test."""
-    supports, contradicts, untested = [], [], []
+def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None) -> str:
+    """The verdict: a short table (claim, what was compared, Δ, seed-level p, prompt-level p, reading) and two or
+    three plain sentences. Seed-level tests decide; fewer than 3 seeds read "not testable"."""
+    rows = []  # (claim, what was compared, test dict or None, reading)
+    if measured:
+        n = len(measured["runs"])
+        reading = ("holds" if measured["fired"] == n else "does not hold within the budget" if not measured["fired"]
+                   else f"not resolved (plateau in {measured['fired']} of {n} seeds)")
+        rows.append((f"the premise, measured (continued N={ref_n} plateaus by the slope stop)",
+                     f"premise run, {n} seed(s), budget {measured['budget']:,} samples", None, reading))
+    if tail and tail.get("outcome"):
+        d = tail["decision"]
+        r = tail["settings"][d["setting"]]
+        o = tail["outcome"]
+        reading = ("supports" if o == "supported" else "contradicts" if "N=16 is better" in o else
+                   "not testable" if o.startswith("not testable") else "not resolved")
+        rows.append((f"BroRL's mechanism on the tail pool (decision rule: Δ on the band > {d['margin']:g}, "
+                     f"p < {d['alpha']:g})", f"{d['setting']}: {r['short']}, {r['band_prompts']} test prompts in the band",
+                     r["band"], reading))
     if premise:
-        if any(r["significant_gain"] for r in premise):
-            untested.append(f"its premise does not hold here (continued N={ref_n} keeps improving: "
-                            f"{premise[-1]['start']:.3f} -> {premise[-1]['end']:.3f} at {premise[-1]['samples']:,.0f} "
-                            "samples), so the comparisons test BroRL's recipe on a model that has not saturated")
-        else:
-            supports.append(f"the premise (continued N={ref_n} has saturated) holds within the budgets run")
+        r = premise[-1]
+        reading = ("not testable" if not r.get("testable") else
+                   "does not hold (still gains)" if r["significant_gain"] else "holds (no significant gain)")
+        rows.append((f"the premise (continued N={ref_n} has saturated)", f"{r['arm']}: end vs start, "
+                     f"{r['samples']:,.0f} samples per arm", r, reading))
     for s, v in verdicts.items():
         if v["unequal"]:
-            what = (f"{s} ({v['describe']} vs N={ref_n}: {v['describe_ref']}): Δ {v['delta']:+.4f}, p {_p(v['p_two_sided'])}, "
-                    f"per-seed {_seeds(v['seed_deltas'])}")
-            (supports if v["verdict"] == "won" else contradicts if v["verdict"] == "lost" else untested).append(
-                ("larger N at a larger batch beats continued N=16 at equal samples: " if v["verdict"] != "tied"
-                 else "the headline comparison is not resolved: ") + what)
+            reading = {"won": "supports", "lost": "contradicts", "tied": "not resolved"}.get(v["verdict"], v["verdict"])
+            rows.append((f"larger N at a larger batch beats continued N={ref_n} ({s})",
+                         v["short"], v, reading))
     if factorial:
         e = factorial["effects"]
-        n_eff = e["N"]
-        sig = n_eff["p_two_sided"] < ALPHA and all(np.sign(x) == np.sign(n_eff["delta"]) for x in n_eff["seed_deltas"])
-        text = (f"the gain is due to N (the factorial's N main effect {n_eff['delta']:+.4f}, p {_p(n_eff['p_two_sided'])}; "
-                f"batch/lr main effect {e['batch']['delta']:+.4f}, p {_p(e['batch']['p_two_sided'])}; interaction "
-                f"{e['interaction']['delta']:+.4f}, p {_p(e['interaction']['p_two_sided'])})")
-        (supports if sig and n_eff["delta"] > 0 else contradicts if sig else untested).append(text)
+        for name, claim in (("N", f"N main effect (N with {factorial['ns'][1] // factorial['ns'][0]}x fewer distinct "
+                                  "prompts at equal samples)"),
+                            ("batch", "batch / lr main effect (8x samples per step, sqrt lr)"),
+                            ("interaction", "N x batch interaction")):
+            rows.append((claim, f"factorial {' / '.join(factorial['settings'])}", e[name],
+                         {"won": "positive", "lost": "negative", "tied": "not resolved"}.get(
+                             seed_verdict(e[name]), seed_verdict(e[name]))))
     for fam, pts in _budget_points(study, verdicts).items():
         ds = [verdicts[s]["delta"] for _, s in pts]
-        trend = "grows" if ds[-1] > ds[0] else "shrinks or stays"
-        text = (f"larger N's advantage grows with the budget ({fam}: Δ {', '.join(f'{d:+.4f}' for d in ds)} at "
-                f"{', '.join(f'{m}x' for m, _ in pts)}; last verdict {verdicts[pts[-1][1]]['verdict']})")
-        (supports if trend == "grows" and verdicts[pts[-1][1]]["verdict"] == "won" else
-         contradicts if trend != "grows" and verdicts[pts[-1][1]]["verdict"] == "lost" else untested).append(text)
+        last = verdicts[pts[-1][1]]
+        grows = ds[-1] > ds[0]
+        reading = ("supports" if grows and last["verdict"] == "won" else
+                   "contradicts" if not grows and last["verdict"] == "lost" else "not resolved")
+        rows.append((f"larger N's advantage grows with the budget ({fam})",
+                     "Δ at " + ", ".join(f"{m}x: {d:+.4f}" for (m, _), d in zip(pts, ds)), last, reading))
     diverged = [s for s, v in verdicts.items() if v["unequal"] and "(sqrt)" in v["describe"] and v["end_best"] < v["start"]]
     if diverged:
-        contradicts.append("the sqrt learning-rate rule carries over to the larger batch: the larger-N arm ended "
-                           "below the start under " + ", ".join(diverged))
-    untested.append("the paper's absolute numbers (a 1.5B model on math, code and reasoning benchmarks) and its "
-                    "GPU throughput (Table 2): not at this scale")
+        rows.append(("the sqrt learning-rate rule carries over to the larger batch", "larger-N arm's end vs the start",
+                     None, "contradicts: ended below the start under " + ", ".join(diverged)))
+    table = ["| claim | what was compared | Δ | seed-level p | prompt-level p | reading |", "|---|---|---|---|---|---|"]
+    for claim, what, t, reading in rows:
+        cells = (f"{t['delta']:+.4f} | {describe(t)} | {_p(t['prompt']['p_two_sided'])}" if t is not None
+                 else "– | – | –")
+        table.append(f"| {claim} | {what} | {cells} | **{reading}** |")
+    said = lambda *starts: [c for c, _, _, r in rows if r.startswith(starts)]  # noqa: E731
     fmt = lambda xs: "; ".join(xs) if xs else "none"  # noqa: E731
-    return (f"What was compared: N={ref_n} against larger N at equal total generated samples, at the settings' own "
-            f"samples per step and learning rates (tables below). The tiny model **supports**: {fmt(supports)}. "
-            f"It **contradicts**: {fmt(contradicts)}. It **cannot test / does not resolve**: {fmt(untested)}.")
+    premise_note = ""
+    if measured and not measured["fired"]:
+        premise_note = (f" The measured premise run did not plateau within {measured['budget']:,} samples, so these "
+                        "comparisons test BroRL's recipe from a start that is still improving.")
+    elif premise and premise[-1]["significant_gain"]:
+        premise_note = (f" The start has not saturated (continued N={ref_n} still gains), so these comparisons test "
+                        "BroRL's recipe outside the regime its theory is about.")
+    sentences = (f"What was compared: N={ref_n} against larger N at equal total generated samples, at each setting's "
+                 "own samples per step and learning rate; the seed is the unit of every test (a run's prompts share "
+                 "its noise), the prompt-level p is secondary." + premise_note +
+                 f" Supported: {fmt(said('supports', 'holds'))}. Contradicted: {fmt(said('contradicts', 'does not'))}."
+                 f" Not resolved or not testable: {fmt(said('not resolved', 'not testable'))}."
+                 " The paper's absolute numbers (a 1.5B model on math, code and reasoning benchmarks) and its GPU "
+                 "throughput are not tested at this scale.")
+    return "\n".join(table) + "\n\n" + sentences
 
 
 def _reading(verdicts, ref_n) -> str:
@@ -588,7 +697,7 @@ def _figures(study, plan, arm_of, verdicts, png_delta, png_base) -> None:
 
     names = list(verdicts)
     fig, ax = plt.subplots(figsize=(1.2 * len(names) + 3, 3.8))
-    colours = {"won": "tab:green", "lost": "tab:red", "tied": "tab:gray"}
+    colours = {"won": "tab:green", "lost": "tab:red", "tied": "tab:gray", "not testable": "white"}
     for i, s in enumerate(names):
         v = verdicts[s]
         ax.bar(i, v["delta"], color=colours[v["verdict"]], alpha=0.6)
@@ -697,7 +806,7 @@ MARKERS = ("<!-- study-verdict:start -->", "<!-- study-verdict:end -->")
 def splice_verdict(summary_md, readme) -> None:
     """Copy the summary's generated verdict paragraph into ``readme`` between :data:`MARKERS` (make study-docs)."""
     text = Path(summary_md).read_text()
-    verdict = text.split("## Verdict\n\n", 1)[1].split("\n\n", 1)[0]
+    verdict = text.split("## Verdict\n\n", 1)[1].split("\n## ", 1)[0].strip()  # the whole section: table + sentences
     doc = Path(readme).read_text()
     if not all(m in doc for m in MARKERS):
         raise ValueError(f"{readme}: no {MARKERS[0]} ... {MARKERS[1]} block to write the verdict into")
@@ -705,7 +814,207 @@ def splice_verdict(summary_md, readme) -> None:
     write_text(readme, f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
 
 
-if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD
+
+
+
+def retest_summary(summary_md) -> str:
+    """Seed-level tests recomputed from an older ``summary.md`` (one written before the seed became the unit): every
+    table row with a per-seed column gets its one-sample t over those per-seed values (paired by seed), beside the
+    prompt-level p the row printed. For docs only (``python -m brorl.study.report --retest SUMMARY_MD``); a new run
+    writes these tests itself."""
+    out, section, head = [], "", None
+    for line in Path(summary_md).read_text().splitlines():
+        if line.startswith("## "):
+            section, head = line[3:], None
+            continue
+        if not line.startswith("|"):
+            head = None
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if head is None:
+            head = cells
+            continue
+        if set(line) <= set("|-"):
+            continue
+        col = next((i for i, h in enumerate(head) if h.startswith("per-seed")), None)
+        pcol = next((i for i, h in enumerate(head) if "two-sided" in h),
+                    next((i for i, h in enumerate(head) if h == "p" or h.startswith("p (")), None))
+        if col is None or pcol is None:
+            continue
+        values = [float(x) for x in cells[col].split(",") if x.strip()]
+        test = one_sample(values)
+        old = next((cells[i] for i, h in enumerate(head) if h in ("verdict", "significant gain", "BroRL better?")), "")
+        new = seed_verdict(test, ("gain", "loss", "no significant change", "not testable")
+                           if section.startswith("The premise") else ("won", "lost", "tied", "not testable"))
+        out.append(f"| {section} | {cells[0]} | {test['delta']:+.4f} | {cells[col]} | {describe(test)} | "
+                   f"{cells[pcol]} | {old.strip('*')} | {new if old else '–'} |")
+    return "\n".join(["| section | row | Δ (mean of per-seed) | per-seed | seed-level p | prompt-level p (as printed) | "
+                      "verdict then (prompts) | verdict now (seeds) |", "|---|---|---|---|---|---|---|---|", *out])
+
+
+if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD | --retest SUMMARY_MD
     import sys
 
-    splice_verdict(*sys.argv[1:3])
+    if sys.argv[1] == "--retest":
+        print(retest_summary(sys.argv[2]))
+    else:
+        splice_verdict(*sys.argv[1:3])
+
+
+def _refill_note(study: dict) -> str:
+    from brorl.study.plan import REFILL
+
+    r = {**REFILL, **(study.get("refill") or {})}
+    per = [k for k, ab in (study.get("ablations") or {}).items() if ab.get("refill")]
+    base = ("one generation round per step (dynamic sampling filters, no refill)" if r["max_rounds"] == 1 else
+            f"dynamic-sampling refill up to {r['max_rounds']} rounds per step (prompts per step count kept prompts)")
+    return base + (f"; own refill: {', '.join(per)}" if per else "")
+
+
+# --- issue 29: the measured premise (slope stop) and the tail-dominated pool ---------------------------------
+
+def premise_run(study: dict, results: Path) -> dict | None:
+    """The premise run (``study.premise``; rule study_premise): continued N=16 from the start with the slope stop.
+    Per seed: whether the stop fired and at how many generated samples; the held-out gain end - start. Its
+    ``first_line`` opens the summary: "premise met at X samples" or "did not plateau within budget B"."""
+    from brorl.study.plan import premise_settings
+
+    p = premise_settings(study)
+    if not p:
+        return None
+    runs = load_arm(results / "premise")
+    if not runs:
+        raise FileNotFoundError(f"no finished premise run under {results / 'premise'} (study.premise is configured)")
+    budget = p["sample_budget"]
+    fired = [s for s in runs if _stopped(s) == "plateau"]
+    n = runs[0]["n_rollouts"][0]
+    at = [float(s["generated_samples"]) for s in fired]
+    gain = one_sample([float(s["p_end"].mean() - s["p_start"].mean()) for s in runs])
+    rule = (f"slope stop: one-sided 95% upper bound of the OLS slope of validation pass@1 over the last "
+            f"{p['plateau_window']} probes (every {p['probe_every']} steps) below {p['plateau_slope']:g} per probe")
+    if len(fired) == len(runs):
+        first = (f"**Premise met at {np.mean(at):,.0f} samples** (continued N={n} from the start plateaued in every seed, "
+                 f"{len(runs)} of {len(runs)}; {rule}).")
+    elif not fired:
+        first = (f"**Premise: did not plateau within budget {budget:,} samples** (continued N={n} from the start, "
+                 f"{len(runs)} seed(s); {rule}): the start is not saturated, so every comparison below is from an "
+                 "improving start, not BroRL's.")
+    else:
+        first = (f"**Premise met in {len(fired)} of {len(runs)} seeds** (plateau at {', '.join(f'{x:,.0f}' for x in at)} "
+                 f"samples; the others did not plateau within {budget:,}; {rule}).")
+    return {"first_line": first, "runs": runs, "fired": len(fired), "budget": budget, "gain": gain, "rule": rule, "n": n}
+
+
+def _stopped(summary: dict) -> str | None:
+    """Why an arm's (last) stage stopped: plateau, sample_budget, time_budget or max_steps (a list per stage)."""
+    v = summary.get("stopped")
+    return v[-1] if isinstance(v, list) and v else v
+
+
+def _premise_run_md(m: dict) -> list[str]:
+    lines = ["## The premise test (measured plateau)", "",
+             f"Continued N={m['n']} from the start until the {m['rule']}, or {m['budget']:,} generated samples.", "",
+             "| seed | stopped | step | samples | validation pass@1 end | held-out start | held-out end | run |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in m["runs"]:
+        lines.append(f"| {s['seed']} | {_stopped(s)} | {s.get('steps')} | {s['generated_samples']:,.0f} | "
+                     f"{s.get('validation_pass1_end', math.nan):.4f} | {s['p_start'].mean():.4f} | {s['p_end'].mean():.4f} | "
+                     f"{s['run_id'][:8]} |")
+    g = m["gain"]
+    lines += ["", f"Held-out gain, end - start: {g['delta']:+.4f} ({describe(g)}). Its validation curve: "
+              "`saturation.png`.", ""]
+    return lines
+
+
+def band_mask(arm: list[dict]) -> np.ndarray:
+    """Test prompts in BroRL's band at the start: single-answer prompts with start p in (1/512, 1/16) (the
+    held-out ``tail`` of :func:`brorl.study.heldout.metrics`)."""
+    from brorl.study.tail import in_band
+    from brorl.tasks.core import FAMILIES, is_probe
+
+    s = arm[0]
+    single = np.array([not (t in FAMILIES and is_probe(t)) for t in s["task"]])
+    return in_band(s["p_start"]) & single
+
+
+def decide(rule: dict, band: dict) -> str:
+    """``study.decision`` on the band comparison: supported iff Δ > margin at seed-level two-sided p < alpha."""
+    if not band.get("testable"):
+        return f"not testable ({band.get('why')})"
+    if band["delta"] > rule["margin"] and band["p_two_sided"] < rule["alpha"]:
+        return "supported"
+    if band["delta"] < 0 and band["p_two_sided"] < rule["alpha"]:
+        return "not supported (N=16 is better on the band)"
+    return "not supported (not resolved at this margin and alpha)"
+
+
+def tail_section(study: dict, plan: dict, arm_of, verdicts: dict, results: Path) -> dict | None:
+    """Every setting on ``pool: tail``: the best larger N against N=16 on the test prompts in the band (seed-level,
+    decides) and on the full test set, the training pool's own tail, pass@16 / pass@256 and the DS pass rate per
+    arm; the pool's counts (``tail_pool.json``) and the decision rule (``study.decision``)."""
+    ref_n = reference_n(study)
+    from brorl.study.plan import _axes
+
+    names = [s for s in plan if s != BASE and _axes(study, s).get("pool") == "tail"]
+    if not names:
+        return None
+    pool = results / "data_tail" / "tail_pool.json"
+    out = {"pool": json.loads(pool.read_text()) if pool.exists() else None, "settings": {},
+           "decision": study.get("decision"), "ref_n": ref_n}
+    for setting in names:
+        v = verdicts[setting]
+        best, ref = arm_of(setting, v["best_n"]), arm_of(v["ref_setting"], ref_n)
+        mask = band_mask(ref)
+        train = lambda arm, k: _mean(arm, lambda s: (s["heldout"].get("train_pool") or {}).get(k))  # noqa: E731
+        arms = {n: arm_of(setting, n) for n in (ref_n, v["best_n"])}
+        if mask.sum() >= 2:
+            band = compare(best, ref, mask)
+        else:  # nothing to compare on: say so (a toy test split can hold no prompt in the band)
+            why = f"{int(mask.sum())} test prompt(s) in the band"
+            band = {"delta": math.nan, "seed_deltas": [], "testable": False, "why": why, "seeds": 0,
+                    "prompt": {"p_two_sided": math.nan}, "verdict": "not testable", "p_two_sided": math.nan}
+        out["settings"][setting] = {
+            "short": v["short"], "band_prompts": int(mask.sum()), "band": band, "all": v,
+            "arms": {n: {"band_start": float(np.mean([s["p_start"][mask].mean() for s in a])) if mask.any() else math.nan,
+                         "band_end": float(np.mean([s["p_end"][mask].mean() for s in a])) if mask.any() else math.nan,
+                         "all_end": float(np.mean([s["p_end"].mean() for s in a])),
+                         "train_start": train(a, "q_pos_start"), "train_end": train(a, "q_pos_end"),
+                         "train_zero": train(a, "zero_share_end"),
+                         "pass16": _mean(a, lambda s: s["heldout"]["all"].get("pass@16")),
+                         "pass256": _mean(a, lambda s: s["heldout"]["all"].get("pass@256")),
+                         "ds": _mean(a, lambda s: s["dynamic_sampling_pass_rate"]),
+                         "seeds": len(a), "runs": [s["run_id"] for s in a]} for n, a in arms.items()}}
+    d = out["decision"]
+    if d and d["setting"] in out["settings"]:
+        out["outcome"] = decide(d, out["settings"][d["setting"]]["band"])
+    return out
+
+
+def _tail_md(t: dict) -> list[str]:
+    lines = ["## The tail-dominated pool: BroRL's comparison where its theory says N should win", ""]
+    pool = t["pool"]
+    if pool:
+        lines += [f"Training pool: {pool['kept']:,} of {pool['candidates']:,} fresh candidate prompts "
+                  f"({pool['kept_share']:.1%}) lie in BroRL's band (1/512, 1/16) at the start (exact pass rate); only "
+                  f"those are trained on. Test split: {pool['test_prompts']:,} prompts, "
+                  f"{pool['test_in_band_single_answer']:,} of them in the band.", ""]
+    d = t["decision"]
+    if d:
+        lines += [f"Decision rule (stated in the config before the run): BroRL's mechanism is supported at tiny scale "
+                  f"if the larger N of **{d['setting']}** beats N={t['ref_n']} on the band by > {d['margin']:g} at seed-level "
+                  f"p < {d['alpha']:g}. **Outcome: {t.get('outcome', 'setting not in this summary')}.**", ""]
+    lines += [f"| setting | arms | band prompts | band: {TEST_HEAD} | band verdict | all test: Δ | all-test verdict |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in t["settings"].items():
+        lines.append(f"| {name} | {r['short']} | {r['band_prompts']} | {_test_cells(r['band'])} | **{r['band']['verdict']}** "
+                     f"| {r['all']['delta']:+.4f} | {r['all']['verdict']} |")
+    lines += ["", "Per arm (means over seeds): band and full test mean@k at the end, the training pool's own mean p "
+              "(start -> end; its share still at p <= 1/512), held-out pass@16 / pass@256, dynamic-sampling pass rate.", "",
+              "| setting | N | seeds | band start | band end | all test end | train pool start -> end | train pool zero share "
+              "| pass@16 | pass@256 | DS pass rate | runs |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in t["settings"].items():
+        for n, a in r["arms"].items():
+            lines.append(f"| {name} | {n} | {a['seeds']} | {a['band_start']:.4f} | {a['band_end']:.4f} | {a['all_end']:.4f} "
+                         f"| {a['train_start']:.4f} -> {a['train_end']:.4f} | {a['train_zero']:.3f} | {a['pass16']:.4f} "
+                         f"| {a['pass256']:.4f} | {a['ds']:.2f} | {_runs(a['runs'])} |")
+    return lines + [""]

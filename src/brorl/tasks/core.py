@@ -178,8 +178,11 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of a task / training-data JSON-lines file: each a JSON object with a usable ``answer``
+    (:func:`brorl.data.jsonl.read_records`: a bad row is an error naming the file and line)."""
+    from brorl.data.jsonl import read_records
+
+    return read_records(path)
 
 
 def split_path(data_dir: str | Path, task: str, split: str) -> Path:

@@ -2,14 +2,24 @@
 
     brorl launch [--accelerate-config fsdp2|zero3|cpu|FILE] [--processes-per-node N] [--nodes N] -- brorl train-arm ...
 
-- **One node** (no SLURM allocation, or a one-node one): ``accelerate launch --config_file <cfg> --num_processes
-  <GPUs> --num_machines 1 ... -m brorl.cli train-arm ...`` (a ``brorl ...`` command becomes ``-m brorl.cli ...``,
-  a ``*.py`` script is passed as is, anything else with ``--no_python``).
-- **SLURM, several nodes** (``SLURM_JOB_ID`` and ``SLURM_JOB_NUM_NODES`` > 1): ``srun --nodes N --ntasks N
-  --ntasks-per-node 1 --kill-on-bad-exit=1 python -m brorl.training.launch --node ...``: one launcher per node,
-  which then runs ``accelerate launch`` with ``--num_machines N --machine_rank $SLURM_NODEID
-  --main_process_ip <first host of SLURM_JOB_NODELIST> --main_process_port <port>`` (``--num_processes`` is
-  the total over all nodes, as accelerate wants it).
+- **No SLURM job** (``SLURM_JOB_ID`` unset): ``accelerate launch --config_file <cfg> --num_processes <GPUs>
+  --num_machines 1 ... -m brorl.cli train-arm ...`` (a ``brorl ...`` command becomes ``-m brorl.cli ...``, a
+  ``*.py`` script is passed as is, anything else with ``--no_python``).
+- **Inside a SLURM job** (one node or several): ``srun --overlap --nodes N --ntasks N --ntasks-per-node 1
+  --cpus-per-task <the job's CPUs per node> --kill-on-bad-exit=1 python -m brorl.training.launch --node ...``,
+  N and the CPUs from slurmctld (``scontrol show job``; see :func:`slurm_allocation` for why not the
+  environment): one launcher per node, which then runs ``accelerate launch`` (on several nodes with
+  ``--num_machines N --machine_rank $SLURM_NODEID --main_process_ip <first host of SLURM_STEP_NODELIST>
+  --main_process_port <port>``; ``--num_processes`` is the total over all nodes, as accelerate wants it). One
+  path for 1 and 8 nodes, so the one-node SLURM test (tests/test_slurm.py) runs the 8-node job's nested step.
+
+  ``--overlap``: Snakemake's SLURM jobstep plugin runs each job's command in a step of its own (``srun -n1
+  --cpus-per-task C``), which holds the node's CPUs, memory and GPUs; since Slurm 20.11 a second step waits for
+  resources another step holds unless it overlaps, so without it the launchers' step never starts (the arm
+  hangs). The launchers' ``srun`` also gets a clean environment: the outer step's ``SLURM_*`` task settings
+  (``SLURM_NTASKS=1``, ``SLURM_CPUS_PER_TASK``, ``SLURM_TRES_PER_TASK``...) are input variables of ``srun`` in
+  some Slurm versions and would conflict with its flags, so only the job's identity is kept (as the jobstep
+  plugin itself does for its step).
 
 Processes per node: ``--processes-per-node``, else ``SLURM_GPUS_ON_NODE``, else the ids in
 ``CUDA_VISIBLE_DEVICES``, else ``torch.cuda.device_count()``, else 2 for the ``cpu`` config (1 otherwise).
@@ -26,6 +36,7 @@ import os
 import re
 import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -100,12 +111,53 @@ def processes_per_node(explicit: int | None, config: str, env: Mapping[str, str]
     return 1
 
 
-def slurm_nodes(env: Mapping[str, str]) -> int:
-    """Nodes of the SLURM allocation this runs in (1 outside SLURM)."""
-    if not env.get("SLURM_JOB_ID"):
-        return 1
-    value = env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or "1"
-    return int(value) if value.isdigit() else 1
+@dataclass(frozen=True)
+class Allocation:
+    """The SLURM job's allocation as slurmctld reports it: nodes, their names, the fewest CPUs on any node."""
+
+    nodes: int
+    hosts: tuple[str, ...]
+    cpus_per_node: int | None
+
+
+def _count_ids(ids: str) -> int:
+    """``0-31,64-95`` -> 64."""
+    total = 0
+    for part in filter(None, ids.split(",")):
+        lo, _, hi = part.partition("-")
+        total += int(hi) - int(lo) + 1 if hi else 1
+    return total
+
+
+def parse_scontrol_job(line: str) -> Allocation:
+    """``scontrol -o -d show job <id>``: NumNodes, NodeList and the per-node ``Nodes=... CPU_IDs=...`` groups."""
+    fields = re.findall(r"(\S+?)=(\S*)", line)
+    get = dict(fields)
+    if "NumNodes" not in get or "NodeList" not in get:
+        raise ValueError(f"scontrol show job: no NumNodes/NodeList in {line[:200]!r}")
+    nodes = int(get["NumNodes"].split("-")[0])
+    cpus = [_count_ids(v) for k, v in fields if k == "CPU_IDs" and v]
+    if not cpus and get.get("NumCPUs", "").isdigit():
+        cpus = [int(get["NumCPUs"]) // max(nodes, 1)]
+    return Allocation(nodes, tuple(expand_nodelist(get["NodeList"])), min(cpus) if cpus else None)
+
+
+def slurm_allocation(job_id: str) -> Allocation:
+    """Ask slurmctld (``scontrol``) for the job's allocation. The environment cannot say: inside the step that
+    Snakemake's jobstep plugin runs a job in (``srun -n1``, started with the job's ``SLURM_*`` variables removed),
+    ``SLURM_JOB_NUM_NODES`` and ``SLURM_JOB_CPUS_PER_NODE`` are unset (seen on Slurm 22.05, tests/test_slurm.py)
+    and ``SLURM_NNODES`` / ``SLURM_STEP_NUM_NODES`` describe that one-task step (one node), so an 8-node arm
+    would have started its processes on one node only."""
+    import subprocess
+
+    cmd = ["scontrol", "-o", "-d", "show", "job", job_id]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise RuntimeError(f"SLURM job {job_id}: `{' '.join(cmd)}` failed ({err}); give --nodes") from err
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"SLURM job {job_id}: `{' '.join(cmd)}` failed: {proc.stderr.strip()}; give --nodes")
+    return parse_scontrol_job(proc.stdout.strip().splitlines()[0])
 
 
 def target_args(command: Sequence[str]) -> list[str]:
@@ -140,34 +192,67 @@ def accelerate_command(command: Sequence[str], config: str, procs_per_node: int,
     return out + target_args(command)
 
 
+# What a nested srun keeps of the SLURM_* environment: the job's identity (the jobstep plugin keeps the same).
+SRUN_KEEP = frozenset({"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_CLUSTER_NAME", "SLURM_CONF", "SLURM_SUBMIT_DIR",
+                       "SLURM_SUBMIT_HOST", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_MIN",
+                       "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP"})
+
+
+def srun_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for the launchers' ``srun``: without the enclosing step's ``SLURM_*`` task settings (and any
+    ``SRUN_*`` / ``SBATCH_*`` defaults), which ``srun`` would read as options of the new step."""
+    return {k: v for k, v in env.items()
+            if not (k.startswith(("SRUN_", "SBATCH_")) or (k.startswith("SLURM_") and k not in SRUN_KEEP))}
+
+
+def srun_command(command: Sequence[str], config: str, ppn: int, n_nodes: int, cpus: int | None,
+                 port: int | None, python: str) -> list[str]:
+    """The ``srun`` step of one launcher per node, inside the job (see the module docstring for --overlap); each
+    launcher gets all the job's CPUs on its node (``cpus``), else a CPU-binding site confines a node's ranks to one."""
+    out = ["srun", "--overlap", f"--nodes={n_nodes}", f"--ntasks={n_nodes}", "--ntasks-per-node=1",
+           *([f"--cpus-per-task={cpus}"] if cpus else []), "--kill-on-bad-exit=1",
+           python, "-m", "brorl.training.launch", "--node", "--accelerate-config", config,
+           "--processes-per-node", str(ppn), "--nodes", str(n_nodes)]
+    if port:
+        out += ["--main-port", str(port)]
+    return out + ["--", *command]
+
+
 def plan(command: Sequence[str], config: str = "fsdp2", *, procs: int | None = None, nodes: int | None = None,
          port: int | None = None, node_step: bool = False, env: Mapping[str, str] | None = None,
-         python: str = sys.executable) -> list[str]:
+         allocation: Allocation | None = None, python: str = sys.executable) -> list[str]:
     """The command ``brorl launch`` execs, from its options and the environment (``env``: ``os.environ``).
 
-    ``node_step``: this process is the per-node launcher that ``srun`` started (rank from ``SLURM_NODEID``).
+    Inside a SLURM job (``SLURM_JOB_ID``): the launchers' ``srun`` over the job's nodes (``allocation``: default
+    :func:`slurm_allocation`; ``nodes`` overrides its node count). ``node_step``: this process is a per-node
+    launcher that ``srun`` started (rank ``SLURM_NODEID`` among the step's nodes, ``SLURM_STEP_NODELIST``).
     ``port`` None: on one node a free port (several launches side by side, e.g. two arms of the small profile
     on one CPU machine, must not share one), across nodes :data:`DEFAULT_PORT`."""
     env = os.environ if env is None else env
-    n_nodes = nodes or slurm_nodes(env)
     ppn = processes_per_node(procs, config, env)
+    if not node_step and env.get("SLURM_JOB_ID"):
+        if allocation is None:
+            try:
+                allocation = slurm_allocation(env["SLURM_JOB_ID"])
+            except RuntimeError as err:
+                if not nodes:
+                    raise
+                print(f"[launch] {err}: {nodes} nodes as given, the CPUs of srun's default", file=sys.stderr)
+                allocation = Allocation(nodes, (), None)
+        return srun_command(command, config, ppn, nodes or allocation.nodes, allocation.cpus_per_node, port, python)
+    n_nodes = nodes or 1
     if n_nodes == 1:
         return accelerate_command(command, config, ppn, port=port or free_port(), python=python)
-    port = port or DEFAULT_PORT
-    if node_step:
-        rank = env.get("SLURM_NODEID") or env.get("SLURM_PROCID")
-        if rank is None:
-            raise RuntimeError("the per-node launcher runs under srun (SLURM_NODEID is not set)")
-        hosts = expand_nodelist(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "")
-        if len(hosts) < n_nodes:
-            raise RuntimeError(f"SLURM_JOB_NODELIST names {len(hosts)} hosts for {n_nodes} nodes")
-        return accelerate_command(command, config, ppn, num_machines=n_nodes, machine_rank=int(rank),
-                                  main_ip=hosts[0], port=port, python=python)
-    if not env.get("SLURM_JOB_ID"):
+    if not node_step:
         raise RuntimeError(f"{n_nodes} nodes need a SLURM allocation (SLURM_JOB_ID is not set)")
-    return ["srun", f"--nodes={n_nodes}", f"--ntasks={n_nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            python, "-m", "brorl.training.launch", "--node", "--accelerate-config", config,
-            "--processes-per-node", str(ppn), "--nodes", str(n_nodes), "--main-port", str(port), "--", *command]
+    rank = env.get("SLURM_NODEID")
+    if rank is None:
+        raise RuntimeError("the per-node launcher runs under srun (SLURM_NODEID is not set)")
+    hosts = expand_nodelist(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "")
+    if len(hosts) < n_nodes:
+        raise RuntimeError(f"SLURM_STEP_NODELIST names {len(hosts)} hosts for {n_nodes} nodes")
+    return accelerate_command(command, config, ppn, num_machines=n_nodes, machine_rank=int(rank),
+                              main_ip=hosts[0], port=port or DEFAULT_PORT, python=python)
 
 
 def free_port() -> int:
@@ -183,7 +268,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--accelerate-config", default="fsdp2",
                    help=f"one of {CONFIGS} (workflow/accelerate/<name>.yaml) or an accelerate config file")
     p.add_argument("--processes-per-node", type=int, default=None, help="default: the node's GPUs")
-    p.add_argument("--nodes", type=int, default=None, help="default: SLURM_JOB_NUM_NODES, or 1 outside SLURM")
+    p.add_argument("--nodes", type=int, default=None,
+                   help="default: the SLURM job's nodes (scontrol show job), or 1 outside SLURM")
     p.add_argument("--main-port", type=int, default=None,
                    help=f"rendezvous port; default: a free one on one node, {DEFAULT_PORT} across nodes")
     p.add_argument("--node", action="store_true", help=argparse.SUPPRESS)  # the per-node step under srun
@@ -201,7 +287,8 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(argv))
         return 0
     print("[launch] " + " ".join(shlex.quote(a) for a in argv), file=sys.stderr, flush=True)
-    os.execvp(argv[0], argv)
+    env = srun_env(os.environ) if argv[0] == "srun" else os.environ
+    os.execvpe(argv[0], argv, env)
     return 127  # pragma: no cover - exec does not return
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from brorl.stats import MIN_SEEDS, describe, fmt_p, one_sample, seed_level, verdict as seed_verdict, welch
 from brorl.training.arms import Arm, arm_of, arm_plan
 from brorl.atomic import frame_to_csv, save_figure, write_text
 
@@ -78,14 +79,19 @@ def paired(a: np.ndarray, b: np.ndarray) -> dict:
             "prompts": int(d.size)}
 
 
-def _verdict(test: dict, seed_deltas: list[float]) -> str:
-    if math.isnan(test["p_two_sided"]):
+WORDS = ("yes", "no (the opposite)", "not resolved (within noise)", "not testable")
+
+
+def _verdict(test: dict, steps: int | None = None) -> str:
+    """From a seed-level test (:mod:`brorl.stats`; one-sided for "yes"): fewer than 3 seeds or arms of one step are
+    "not testable", never "yes"."""
+    if steps is not None and steps < 2:
         return "not testable"
-    if test["delta"] > 0 and test["p_greater"] < ALPHA and all(x > 0 for x in seed_deltas):
-        return "yes"
-    if test["delta"] < 0 and test["p_two_sided"] < ALPHA and all(x < 0 for x in seed_deltas):
-        return "no (the opposite)"
-    return "not resolved (within noise)"
+    return seed_verdict(test, WORDS, one_sided=True)
+
+
+def _min_steps(*groups) -> int:
+    return int(min(r["steps"] for g in groups for r in g))
 
 
 def _seed_deltas(arm: list[dict], base: list[dict]) -> list[float]:
@@ -95,6 +101,20 @@ def _seed_deltas(arm: list[dict], base: list[dict]) -> list[float]:
 
 def _monotone(xs: list[float]) -> bool:
     return all(b > a for a, b in zip(xs, xs[1:]))
+
+
+def _rising(means: list[float], largest: list[float], smallest: list[float], steps: int) -> str:
+    """' — **yes** ...' only when the means rise strictly and the largest N beats the smallest at the seed level
+    (Welch over per-seed values, one-sided); fewer than 3 seeds or one step: not testable."""
+    seeds = min(len(largest), len(smallest))
+    if seeds < MIN_SEEDS or steps < 2:
+        return (f" — **not testable** ({seeds} seed(s), {steps} step(s): a reading needs >= {MIN_SEEDS} seeds and "
+                ">= 2 steps).")
+    test = welch(largest, smallest)
+    if _monotone(means) and seed_verdict(test, WORDS, one_sided=True) == "yes":
+        return f" — **yes**, strictly rising (largest vs smallest N: seed-level {describe(test)})."
+    return (f" — **{'rising in the means, not resolved at the seed level' if _monotone(means) else 'not strictly rising'}**"
+            f" (largest vs smallest N: seed-level {describe(test)}).")
 
 
 def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, rl: dict | None = None) -> dict:
@@ -174,19 +194,21 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
         q16 = np.mean([r["q_end"] for r in base], axis=0)
         cont = paired(q16, q0)
         deltas = [r["validation_pass1_end"] - r["validation_pass1_start"] for r in base]
+        seed_cont = one_sample(deltas)
         metrics["continuation_gain"] = cont["delta"]
-        stall = _verdict(cont, deltas)
+        stall = _verdict(seed_cont, _min_steps(base))
         readings.append(
             f"- **ProRL stalls** (continued {base_name} from the plateau checkpoint does not improve): continuation gain "
-            f"{cont['delta']:+.4f} (per seed: {', '.join(f'{x:+.4f}' for x in deltas)}; paired t = {cont['t']:.2f} "
-            f"over {cont['prompts']} prompts, two-sided p = {cont['p_two_sided']:.3g}). "
+            f"{cont['delta']:+.4f} (per seed: {', '.join(f'{x:+.4f}' for x in deltas)}; seed-level {describe(seed_cont)}; "
+            f"prompt-level, secondary: paired t = {cont['t']:.2f} over {cont['prompts']} prompts, two-sided p = "
+            f"{cont['p_two_sided']:.3g}). "
             + ("It still improved significantly, so the tiny ProRL stage was **not** saturated for this budget."
                if stall == "yes" else "It got significantly worse." if stall == "no (the opposite)"
-               else "Not testable (too few prompts or no difference)." if stall == "not testable"
+               else f"Not testable (fewer than {MIN_SEEDS} seeds or one step)." if stall == "not testable"
                else "No significant change: consistent with a stall."))
         lines += [f"## Each arm against the ProRL continuation {base_name} (equal generated samples)", "",
-                  f"| arm | Δ val pass@1 vs {base_name} | per-seed Δ | paired t (prompts) | p (arm > {base_name}) | p (two-sided) | "
-                  "BroRL better? |", "|---|---|---|---|---|---|---|"]
+                  f"| arm | Δ val pass@1 vs {base_name} | per-seed Δ | seed-level p (arm > {base_name}) | seed-level test | "
+                  f"prompt-level p (two-sided, secondary) | BroRL better? |", "|---|---|---|---|---|---|---|"]
         best, best_arm = -math.inf, None
         for arm, runs in arms.items():
             if arm == base_name:
@@ -194,18 +216,22 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
             qa = np.mean([r["q_end"] for r in runs], axis=0)
             test = paired(qa, q16)
             sd = _seed_deltas(runs, base)
-            verdict = _verdict(test, sd)
+            seed = seed_level({r["seed"]: r["validation_pass1_end"] for r in runs},
+                              {r["seed"]: r["validation_pass1_end"] for r in base})
+            verdict = _verdict(seed, _min_steps(runs, base))
             metrics[f"delta_vs_base/{arm}"] = test["delta"]
-            metrics[f"p_greater_vs_base/{arm}"] = test["p_greater"]
-            lines.append(f"| {arm} | {test['delta']:+.4f} | {', '.join(f'{x:+.4f}' for x in sd)} | {test['t']:.2f} | "
-                         f"{test['p_greater']:.3g} | {test['p_two_sided']:.3g} | {verdict} |")
+            metrics[f"p_greater_vs_base/{arm}"] = seed["p_greater"]  # seed-level
+            metrics[f"prompt_p_greater_vs_base/{arm}"] = test["p_greater"]
+            lines.append(f"| {arm} | {test['delta']:+.4f} | {', '.join(f'{x:+.4f}' for x in sd)} | "
+                         f"{fmt_p(seed['p_greater'])} | {describe(seed)} | {test['p_two_sided']:.3g} | {verdict} |")
             if plan[arm].n is not None and test["delta"] > best:
-                best, best_arm, best_test, best_verdict = test["delta"], arm, test, verdict
+                best, best_arm, best_test, best_verdict = test["delta"], arm, seed, verdict
         lines.append("")
         if best_arm:
             readings.append(
                 f"- **BroRL keeps improving at equal samples** (best larger-N arm beats {base_name}): best arm {best_arm}, "
-                f"Δ = {best_test['delta']:+.4f}, one-tailed p = {best_test['p_greater']:.3g}: **{best_verdict}**.")
+                f"Δ = {best:+.4f}, seed-level one-tailed p = {fmt_p(best_test['p_greater'])} ({describe(best_test)}): "
+                f"**{best_verdict}**.")
     ns = [(plan[a].n, runs) for a, runs in arms.items() if plan[a].n is not None]
     if len(ns) >= 2:
         rates = [float(np.mean([r["dynamic_sampling_pass_rate"] for r in runs])) for _, runs in ns]
@@ -213,22 +239,26 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
         nn = [n for n, _ in ns]
         for n, rate, speed in zip(nn, rates, speeds):
             metrics[f"pass_rate/n{n}"], metrics[f"gen_samples_per_s/n{n}"] = rate, speed
+        first, last = ns[0][1], ns[-1][1]
         readings.append(
             f"- **Dynamic-sampling pass rate rises with N** (paper: 41% at N=16, 62% at N=512): "
             + ", ".join(f"N={n}: {r:.3f}" for n, r in zip(nn, rates))
-            + (" — **yes**, strictly rising." if _monotone(rates) else " — **not strictly rising**."))
+            + _rising(rates, [r["dynamic_sampling_pass_rate"] for r in last],
+                      [r["dynamic_sampling_pass_rate"] for r in first], _min_steps(*[g for _, g in ns])))
         ratio = speeds[-1] / speeds[0] if speeds[0] else math.nan
         readings.append(
             f"- **Generation throughput rises with N** (paper: 1.98× from N=16 to N=512): "
             + ", ".join(f"N={n}: {s:,.1f}/s" for n, s in zip(nn, speeds))
             + f"; N={nn[-1]} / N={nn[0]} = {ratio:.2f}×"
-            + (" — **yes**." if _monotone(speeds) else " — **not strictly rising**."))
+            + _rising(speeds, [r["generation_samples_per_s"] for r in last],
+                      [r["generation_samples_per_s"] for r in first], _min_steps(*[g for _, g in ns])))
         metrics["gen_speed_ratio_max_over_min_n"] = ratio
     seeds = sorted({r["seed"] for runs in arms.values() for r in runs})
     lines += ["## Reading: does this run show the paper's claims?", "", *readings, "",
               f"Confidence: {len(seeds)} seed(s) per arm"
-              + (f"; tests are paired over validation prompts on the seed-averaged exact pass@1, and 'yes' also needs "
-                 f"every seed to agree in sign (α = {ALPHA})" if exact else
+              + (f"; the seed is the unit of every test (per-seed exact pass@1: paired by seed, or Welch when the seeds "
+                 f"differ; α = {ALPHA}; fewer than {MIN_SEEDS} seeds or one step: not testable); the test over "
+                 "validation prompts is shown as a secondary column only" if exact else
                  "; the rates above are single measurements of the arms' steps, with no test")
               + ". The model here is not the paper's 1.5B reasoning model: a 'no' says the mechanism is not "
               "sufficient at this scale and budget, not that the paper is wrong.", ""]

@@ -15,6 +15,8 @@ from brorl.settings import settings_kwargs
 LR_RULES = ("sqrt", "constant")
 GENERATION_ENGINES = ("prefix_tree", "shared_prompt", "hf", "vllm")
 VLLM_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+PLATEAU_RULES = ("best", "slope")
+PLATEAU_CONFIDENCE = 0.95  # [our choice] the slope rule's one-sided upper confidence bound
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,11 @@ class RLSettings:
     micro_batch_size: int = 64
     """Completions per forward/backward pass (memory only; the largest divisor of the mini-batch not above
     this is used)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them (TRL / transformers
+    ``gradient_checkpointing``, non-reentrant): a layer then keeps only its input. Memory only, at about a third
+    more compute; the paper profile needs it at 16k-token completions (brorl.training.memory plans it). Under
+    FSDP2 it is this key, never also ``fsdp_activation_checkpointing`` (transformers refuses both at once)."""
     weight_decay: float = 0.0
     """AdamW weight decay ([pilot]: 0; NeMo's inherited default 0.01)."""
     adam_betas: tuple[float, float] = (0.9, 0.98)
@@ -116,6 +123,13 @@ class RLSettings:
     than ``plateau_delta``. 0: no plateau stop (``steps`` / ``sample_budget`` alone end the stage)."""
     plateau_delta: float = 0.0
     """Smallest gain in validation pass@1 that counts as improvement for the plateau stop."""
+    plateau_rule: str = "best"
+    """``best``: the best-of-window rule above; ``slope``: a measured plateau (issue 29): stop once the one-sided
+    95% upper confidence bound of the OLS slope of validation pass@1 over the last ``plateau_window`` probes (per
+    probe, i.e. per ``probe_every`` steps; t with window - 2 df) is below ``plateau_slope``. Noise widens the bound,
+    so a noisy curve does not stop early; ``plateau_delta`` is not used."""
+    plateau_slope: float = 0.0
+    """The slope rule's threshold: gain in validation pass@1 per probe that still counts as improving."""
     checkpoint_every: int = 10
     """Steps between resumable checkpoints (the last step always gets one)."""
     keep_checkpoints: bool = False
@@ -195,6 +209,12 @@ class RLSettings:
             bad("probe_every", "must be >= 1 when plateau_window is set (the plateau rule reads the probes)")
         if self.plateau_delta < 0:
             bad("plateau_delta", "must be >= 0")
+        if self.plateau_rule not in PLATEAU_RULES:
+            bad("plateau_rule", f"must be one of {PLATEAU_RULES}")
+        if self.plateau_rule == "slope" and self.plateau_window and self.plateau_window < 3:
+            bad("plateau_window", "must be >= 3 for plateau_rule slope (a slope's confidence bound needs 1 df)")
+        if self.plateau_rule == "slope" and not self.plateau_slope > 0:
+            bad("plateau_slope", "must be > 0 for plateau_rule slope (the bound of a flat curve is above 0)")
         if self.checkpoint_every < 1:
             bad("checkpoint_every", "must be >= 1")
         if self.chunk_samples < 1:
@@ -215,6 +235,8 @@ class RLSettings:
     def plateaued(self, history: list[float]) -> bool:
         """The plateau rule on the validation pass@1 of the probes so far (oldest first)."""
         w = self.plateau_window
+        if self.plateau_rule == "slope":
+            return bool(w and len(history) >= w and slope_upper_bound(history[-w:]) < self.plateau_slope)
         if not w or len(history) <= w:
             return False
         return max(history[-w:]) <= max(history[:-w]) + self.plateau_delta
@@ -230,3 +252,19 @@ class RLSettings:
         """Completions per forward/backward: the largest divisor of the mini-batch <= micro_batch_size."""
         mini = self.samples_per_step // self.mini_batches
         return max(d for d in range(1, min(mini, self.micro_batch_size) + 1) if mini % d == 0)
+
+
+def slope_upper_bound(values: list[float], confidence: float = PLATEAU_CONFIDENCE) -> float:
+    """One-sided upper confidence bound of the OLS slope of ``values`` against their index (0, 1, ...):
+    b + t_{confidence, n-2} x se(b), se(b) = sqrt(SSE / (n - 2) / Sxx). Needs at least 3 values."""
+    from scipy import stats
+
+    n = len(values)
+    if n < 3:
+        raise ValueError(f"slope_upper_bound: needs at least 3 values (got {n})")
+    x = [float(i) for i in range(n)]
+    xm, ym = sum(x) / n, sum(values) / n
+    sxx = sum((xi - xm) ** 2 for xi in x)
+    b = sum((xi - xm) * (yi - ym) for xi, yi in zip(x, values)) / sxx
+    sse = sum((yi - ym - b * (xi - xm)) ** 2 for xi, yi in zip(x, values))
+    return float(b + stats.t.ppf(confidence, n - 2) * math.sqrt(sse / (n - 2) / sxx))

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from brorl.training.fsdp import engage_fsdp_on_cpu, export_optimizer, load_checkpoint_model
 from brorl.tasks.core import TaskSettings, format_prompt, is_probe, max_new_tokens, read_split
 from brorl.training.settings import RLSettings
 
@@ -295,7 +296,7 @@ def make_reward(records: list[dict], tokenizer, source: str | None = None):
 
 def _settings_key(s: RLSettings) -> str:
     d = s.to_dict()
-    for k in ("threads", "keep_checkpoints", "chunk_samples") + (() if s.plateau_window else
+    for k in ("threads", "keep_checkpoints", "chunk_samples", "gradient_checkpointing") + (() if s.plateau_window else
                                                                  ("probe_every", "probe_prompts")):
         d.pop(k)  # settings that cannot change the trained policy
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
@@ -320,7 +321,7 @@ def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
         loss_type="dapo", scale_rewards="none",  # advantages are computed in BroRLTrainer (REINFORCE++)
         max_steps=s.max_steps * s.mini_batches, logging_steps=s.mini_batches, save_strategy="steps",
         save_steps=s.checkpoint_every * s.mini_batches, save_total_limit=None, report_to="none",
-        seed=s.seed, data_seed=s.seed, bf16=s.bf16, fp16=False, gradient_checkpointing=False,
+        seed=s.seed, data_seed=s.seed, bf16=s.bf16, fp16=False, gradient_checkpointing=s.gradient_checkpointing,
         use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
         use_vllm=s.generation_engine == "vllm", vllm_mode="colocate",
         vllm_gpu_memory_utilization=s.vllm_gpu_memory_utilization,
@@ -364,7 +365,7 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
         torch.set_num_threads(s.threads)
 
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
+    from transformers import AutoTokenizer, PrinterCallback
 
     from brorl.models.sft import save_model_folder
     from brorl.training.trainer import CHECKPOINT_DONE, BroRLTrainer, learning_rate
@@ -385,8 +386,10 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
     state = json.loads((resume / CHECKPOINT_DONE).read_text()) if resume is not None else None
     probes = Probes(tokenizer, validation, s.probe_prompts)
     if not _finished(s, state):
+        args = grpo_config(s, ckpt_dir, max_len)
+        engage_fsdp_on_cpu(log)  # an FSDP launch on the CPU shards (accelerate alone would fall back to DDP)
         trainer = BroRLTrainer(model=str(init_model_dir), reward_funcs=make_reward(records, tokenizer, source),
-                               args=grpo_config(s, ckpt_dir, max_len), train_dataset=dataset,
+                               args=args, train_dataset=dataset,
                                processing_class=tokenizer, settings=s,
                                init_optimizer=init_model_dir / "optimizer.pt")
         start = probes.baseline(trainer.model, out / "probe_baseline.npz")  # the stage-start policy
@@ -414,7 +417,7 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
 
     # final policy from the last checkpoint: HF folder written to a temporary sibling and renamed, plus
     # optimizer.pt for the next stage; summary.json last (until then a rerun redoes this from the checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(str(resume), local_files_only=True)
+    model = load_checkpoint_model(resume, init_model_dir)  # full weights, or gathered from FSDP shards
     rows = read_metrics(out) if csv_path.exists() else []
     final_probe = next((r for r in reversed(rows) if r.get("probe_q_pos_mean") is not None), {})
     extra = state.get("extra", {})
@@ -439,9 +442,7 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
     dist.wait_for_everyone()  # every process has read the checkpoint
     if main:
         save_model_folder(model, tokenizer, out / "model", extra={"training_info.json": summary})
-        opt_tmp = out / "model" / f"optimizer.pt.tmp{os.getpid()}"
-        shutil.copyfile(resume / "optimizer.pt", opt_tmp)
-        os.replace(opt_tmp, out / "model" / "optimizer.pt")
+        export_optimizer(resume, out / "model" / "optimizer.pt")  # optimizer.pt, FSDP's optimizer.bin or shards
         _atomic_write(summary_path, json.dumps(summary, indent=1, default=float) + "\n")
         if not s.keep_checkpoints:
             shutil.rmtree(ckpt_dir, ignore_errors=True)

@@ -68,6 +68,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import pad
 
 from brorl.models.sampling import SAMPLERS
+from brorl.training.fsdp import load_optimizer_state
 from brorl.training.settings import RLSettings
 
 CHECKPOINT_DONE = "brorl_checkpoint.json"  # written last: a checkpoint folder without it is incomplete
@@ -272,6 +273,11 @@ class BroRLTrainer(GRPOTrainer):
         if kwargs.get("args") is not None:  # one RL step = prompts_per_step prompts over all processes
             distribute_batch(kwargs["args"], settings, kwargs["args"].world_size)
         super().__init__(*args, **kwargs)
+        if self.is_fsdp_enabled and settings.generation_engine in SAMPLERS:
+            # each process decodes until its own rows end; FSDP all-gathers weights in every forward, so the
+            # processes must run the same number of forwards (TRL's HF path: generate(synced_gpus); vLLM)
+            raise ValueError(f"generation_engine {settings.generation_engine!r} cannot run under FSDP (the "
+                             "processes would decode different numbers of steps); use 'hf' or 'vllm'")
 
     # ----- rollout: dynamic sampling over TRL's generation and reward calls
     def _round_rows(self, round_index: int, size: int, first: list[dict]) -> list[dict]:
@@ -519,9 +525,7 @@ class BroRLTrainer(GRPOTrainer):
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         if self.init_optimizer and not self.settings.reset_optimizer and Path(self.init_optimizer).exists():
             # keep the previous stage's AdamW moments (ProRLv2); the learning rates stay this stage's
-            sd = self.optimizer.state_dict()
-            sd["state"] = torch.load(self.init_optimizer, map_location="cpu", weights_only=True)["state"]
-            self.optimizer.load_state_dict(sd)
+            load_optimizer_state(self.model, self.optimizer, self.init_optimizer)  # plain or FSDP-sharded
         return scheduler
 
     def _save_checkpoint(self, model, trial):

@@ -14,7 +14,9 @@ Scorers (one 0/1 or [0, 1] value per completion; garbage scores 0, nothing raise
 dependency, which is a set-up error and says what to install)
     - math (:func:`score_math`): :func:`brorl.rewards.math_reward` against ``doc["answer"]`` (math-verify, gold
       first, in the reward pool's hard-timeout worker processes; the batch form
-      ``get_default_pool().math_rewards`` is the same code);
+      ``get_default_pool().math_rewards`` is the same code, so evaluation grades by the training reward's rules;
+      an answer that runs out of the training deadline is verified again with :data:`EVAL_RETRY_TIMEOUT`, then
+      logged as a timeout);
     - GPQA (:func:`score_gpqa`): the letter :func:`extract_choice_letter` finds must equal ``doc["answer"]``;
     - Reasoning Gym (:func:`score_reasoning_gym`): :func:`brorl.rewards.reasoning_gym_reward` with the
       generated entry (``doc["entry"]``, a JSON string; :func:`brorl.rewards.parse_reasoning_gym_entry` restores
@@ -55,6 +57,7 @@ import numpy as np
 from brorl import rewards
 from brorl.data.benchmarks import CHOICE_LETTERS, read_records
 from brorl.evaluation.metrics import completions_of, doc_metrics
+from brorl.rewards.adapters import report_timeouts
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +117,27 @@ def _doc_id(doc) -> Any:
     return doc.get("id") if isinstance(doc, dict) else None
 
 
+EVAL_RETRY_TIMEOUT = 60.0
+"""Seconds per attempt for an answer whose verification ran out of the training deadline: evaluation is off the
+training's critical path, so a right closed form that needs seconds of sympy on a loaded machine (the Basel sum,
+an integral) is verified again with this budget before it counts as a timeout."""
+
+
+def _with_eval_retry(score, completions: list, golds: list, what: str) -> list[float]:
+    """``score(completions, golds)`` on the pool; the answers that timed out are scored again with
+    :data:`EVAL_RETRY_TIMEOUT`, and those that time out again are logged as timeouts (never a silent 0)."""
+    timeouts: list[bool] = []
+    out = score(completions, golds, timeouts=timeouts)
+    late = [i for i, t in enumerate(timeouts) if t]
+    if late:
+        again: list[bool] = []
+        for i, v in zip(late, score([completions[i] for i in late], [golds[i] for i in late], timeouts=again,
+                                    timeout=EVAL_RETRY_TIMEOUT)):
+            out[i] = v
+        report_timeouts(again, what)
+    return out
+
+
 # ------------------------------------------------------------------------------------------------------ math
 
 def score_math(doc, completions) -> list[float]:
@@ -122,9 +146,11 @@ def score_math(doc, completions) -> list[float]:
     if not completions:
         return []
     gold = doc.get("answer") if isinstance(doc, dict) else None
-    if gold is None or gold == "":
+    if gold is None or gold == "":  # load_records refuses such a record; say so if one comes another way
+        logger.warning("doc %r has no gold answer: its %d completions score 0", _doc_id(doc), len(completions))
         return [0.0] * len(completions)
-    return rewards.get_default_pool().math_rewards(completions, [gold] * len(completions))
+    return _with_eval_retry(rewards.get_default_pool().math_rewards, completions, [gold] * len(completions),
+                            "math")
 
 
 def process_math(doc, results) -> dict[str, float]:
@@ -183,13 +209,11 @@ def extract_choice_letter(completion: Any) -> str | None:
         letter = _letter_of(boxed)
         if letter is not None:
             return letter
-    end = part.rfind("</answer>")
-    if end >= 0:
-        start = part.rfind("<answer>", 0, end)
-        if start >= 0:
-            letter = _letter_of(part[start + len("<answer>"):end])
-            if letter is not None:
-                return letter
+    tagged = rewards.last_answer_tag(part)  # nested tags matched like braces, as the Reasoning Gym reward does
+    if tagged is not None:
+        letter = _letter_of(tagged)
+        if letter is not None:
+            return letter
     last = None
     for last in _PHRASE_LETTER.finditer(part[-4000:]):
         pass
@@ -226,7 +250,8 @@ def score_reasoning_gym(doc, completions) -> list[float]:
         entry = None
     if entry is None or not completions:
         return [0.0] * len(completions)
-    return rewards.get_default_pool().reasoning_gym_rewards(completions, [entry] * len(completions))
+    return _with_eval_retry(rewards.get_default_pool().reasoning_gym_rewards, completions,
+                            [entry] * len(completions), "reasoning_gym")
 
 
 def process_reasoning_gym(doc, results) -> dict[str, float]:
