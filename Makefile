@@ -104,7 +104,8 @@ report: setup
 lint: setup
 	$(BIN)/snakemake --lint --configfile $(CONFIG)
 
-mlflow-ui: setup           ## browse the runs at http://127.0.0.1:5000
+mlflow-ui: setup           ## browse the runs: open the printed link (it names MLflow's Model-training view)
+	@$(BIN)/python -m brorl.tracking sqlite:///mlflow.db http://127.0.0.1:5000
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
 
 bench: setup

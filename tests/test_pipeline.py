@@ -4,6 +4,7 @@ The project tree is copied into a temporary git repository, so the test never wr
 and uses its own DVC remote and MLflow store.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 from brorl.config import PROJECT_ROOT
+from brorl.tracking import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 
 pytestmark = pytest.mark.slow
 
@@ -229,9 +231,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_mlflow_ui_serves_the_runs(project):
+@contextlib.contextmanager
+def mlflow_ui(work: Path):
+    """`mlflow ui` on the project's store (as `make mlflow-ui` starts it); yields (port, the brorl-ci experiment)."""
     port = _free_port()
-    work = project["work"]
     proc = subprocess.Popen(["mlflow", "ui", "--backend-store-uri", "sqlite:///mlflow.db", "--host",
                              "127.0.0.1", "--port", str(port)], cwd=work,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -246,15 +249,74 @@ def test_mlflow_ui_serves_the_runs(project):
             except OSError:
                 time.sleep(1)
         assert body is not None, "mlflow ui did not answer within 300 s"
-        exp_id = body["experiment"]["experiment_id"]
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
-                                     data=json.dumps({"experiment_ids": [exp_id]}).encode(),
-                                     headers={"Content-Type": "application/json"})
-        runs = json.loads(urllib.request.urlopen(req, timeout=120).read())["runs"]  # a hang guard, not a speed limit
-        assert len(runs) == sum(RUNS_PER_RULE.get(rule, 1) for rule in RULE_RUNS)
+        yield port, body["experiment"]
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=120)  # its workers linger ~15 s on a quiet machine
+
+
+def test_mlflow_ui_serves_the_runs(project):
+    with mlflow_ui(project["work"]) as (port, experiment):
+        assert {"key": EXPERIMENT_KIND_TAG, "value": EXPERIMENT_KIND} in experiment["tags"]  # a training experiment
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+                                     data=json.dumps({"experiment_ids": [experiment["experiment_id"]]}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        runs = json.loads(urllib.request.urlopen(req, timeout=120).read())["runs"]  # a hang guard, not a speed limit
+        assert len(runs) == sum(RUNS_PER_RULE.get(rule, 1) for rule in RULE_RUNS)
+
+
+def browse_the_runs(work: Path, shots: Path) -> list[Path]:
+    """Issue 30, item 6, in a real headless Chromium: the link `make mlflow-ui` prints opens the runs table with
+    every rule's runs; an arm's run shows its curves; a paper table cell's run id opens its run. Returns the
+    screenshots (PNG) written under ``shots``."""
+    from browser import Chromium
+
+    from brorl.tracking import ui_links
+
+    saved = []
+    with mlflow_ui(work) as (port, experiment), Chromium(shots / "chromium-profile") as browser:
+        base = f"http://127.0.0.1:{port}"
+        links = ui_links(f"sqlite:///{work / 'mlflow.db'}", base)
+        assert set(links) == {"brorl-ci"}, links
+        text = browser.open(links["brorl-ci"], until=list(RULE_RUNS))  # the runs table: every rule's runs
+        assert "Traces\n0" not in text and "No data available" not in text  # not the GenAI overview
+        saved.append(browser.screenshot(shots / "1_runs_table.png"))
+
+        exp_id = experiment["experiment_id"]
+        arm_run = (work / "results/train/n4/seed0/mlflow_run_id").read_text().strip()
+        import mlflow
+
+        client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
+        curves = sorted(k for k in client.get_run(arm_run).data.metrics
+                        if len(client.get_metric_history(arm_run, k)) > 1)
+        assert curves, "the arm's run has no per-step curves"
+        browser.viewport(1600, 8000)  # every chart section drawn (they render as they scroll into view)
+        text = browser.open(f"{base}/#/experiments/{exp_id}/runs/{arm_run}/model-metrics?workflowType=machine_learning",
+                            until=["train_arm/arm=n4/seed=0", "Step", *curves[:3]])
+        shown = [c for c in curves if c in text]
+        assert len(shown) >= max(3, len(curves) // 2), (shown, curves)
+        saved.append(browser.screenshot(shots / "2_arm_curves.png"))
+        browser.viewport(1600, 2000)
+
+        cells = pd.read_csv(work / "results/tables/table3_cells.csv")
+        run_id = next(r for ids in cells["run_ids"].dropna() for r in str(ids).replace(";", " ").split() if r)
+        name = client.get_run(run_id).info.run_name
+        text = browser.open(f"{base}/#/experiments/{exp_id}/runs/{run_id}?workflowType=machine_learning",
+                            until=[run_id, name, "Metrics"])
+        saved.append(browser.screenshot(shots / "3_table_cell_run.png"))
+    return saved
+
+
+def test_mlflow_ui_in_a_real_browser_opens_on_the_runs(project):
+    from browser import find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("chromium is not installed here (apt-get install -y chromium); .ci/run installs it, so CI runs this")
+    shots = project["root"] / "screenshots"
+    saved = browse_the_runs(project["work"], shots)
+    for png in saved:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000, png
+    print(f"screenshots of the MLflow UI: {shots}")
 
 
 def test_training_stage_arms_and_summary(project):

@@ -79,35 +79,197 @@ def tracking_settings(tracking: dict | None) -> dict:
 _EXPERIMENTS: dict[tuple[str, str, str], str] = {}
 """(working folder, store URI, experiment name) -> experiment id, looked up once per process."""
 
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+"""MLflow 3's experiment kind (the UI's ExperimentKind enum, mlflow 3.17.2 server/js): with
+``custom_model_development`` the experiment opens on its runs table, not on the GenAI traces overview."""
+EXPERIMENT_KIND = "custom_model_development"
+
+
+class StoreError(RuntimeError):
+    """The MLflow store cannot be used as it is (a broken or half-migrated sqlite file that holds runs)."""
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` store URI (relative to the working folder, or ``sqlite:////abs``);
+    ``None`` for any other store (a server, another database), which MLflow itself creates."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+@contextmanager
+def _store_lock(db: Path) -> Iterator[None]:
+    """An exclusive lock on ``<db>.lock`` (flock: released by the kernel when its holder dies, even by SIGKILL)."""
+    import fcntl
+
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with open(db.with_name(db.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def store_problem(db: Path) -> str | None:
+    """What is wrong with the sqlite store ``db`` (``None``: a complete store at this MLflow's schema head).
+
+    Checks what a half-created store lacks: a readable sqlite file, every table of MLflow's schema, and an
+    alembic revision equal to the head of the installed MLflow's migrations."""
+    import sqlite3
+
+    from mlflow.store.db.base_sql_model import Base
+
+    if db.stat().st_size == 0:
+        return "the file is empty"
+    try:
+        con = sqlite3.connect(db, timeout=60)
+        try:
+            check = con.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                return f"sqlite quick_check: {check}"
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "alembic_version" not in tables:
+                return "no alembic_version table (its schema migrations never ran or never finished)"
+            revisions = [row[0] for row in con.execute("SELECT version_num FROM alembic_version")]
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as err:
+        return f"not a readable sqlite database ({err})"
+    head = _schema_head()
+    if revisions != [head]:
+        return f"schema revision {revisions or 'none'}, not the head {head} of the installed MLflow (half-migrated or older)"
+    missing = sorted(set(Base.metadata.tables) - tables)
+    if missing:
+        return f"{len(missing)} of MLflow's tables missing ({', '.join(missing[:5])}{', ...' if len(missing) > 5 else ''})"
+    return None
+
+
+@lru_cache(maxsize=None)
+def _schema_head() -> str:
+    """The head revision of the installed MLflow's migrations (read once per process)."""
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    return _get_latest_schema_revision()
+
+
+def _count_runs(db: Path) -> int | None:
+    """Runs in ``db`` (0 without a runs table); ``None`` when the file cannot be read as sqlite."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(db, timeout=60)
+        try:
+            if not con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone():
+                return 0
+            return int(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return None
+
+
+def _create_sqlite_store(db: Path, artifact_root: str) -> None:
+    """Create and fully migrate a store in a temporary sibling of ``db``, then rename it into place: a kill at
+    any moment leaves either no ``db`` or a complete one (never a half-migrated file)."""
+    import logging
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    from brorl.atomic import atomic_path
+
+    with atomic_path(db) as tmp:
+        level = logging.getLogger("mlflow.store.db.utils").level
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # its two INFO lines per creation
+        try:
+            store = SqlAlchemyStore(f"sqlite:///{tmp.resolve()}", Path(artifact_root).resolve().as_uri())
+            store.engine.dispose()
+        finally:
+            logging.getLogger("mlflow.store.db.utils").setLevel(level)
+        problem = store_problem(tmp)
+        if problem:
+            raise StoreError(f"a freshly created MLflow store failed its check: {problem}")
+    print(f"[tracking] created the MLflow store {db} (schema complete)")
+
+
+def ensure_store(uri: str, artifact_root: str = DEFAULT_TRACKING["artifact_root"]) -> None:
+    """Make sure the sqlite store at ``uri`` exists and is complete; under a lock, so that concurrent openers
+    create it once. A missing store is created atomically (:func:`_create_sqlite_store`); a broken one
+    (:func:`store_problem`) that holds no runs is moved aside to ``<db>.broken-<time>`` and rebuilt; one that
+    holds runs is refused with a :class:`StoreError` saying what to do. Other store URIs are left to MLflow."""
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    if db.exists() and store_problem(db) is None:  # a complete store only ever appears whole: no lock needed
+        return
+    with _store_lock(db):
+        if db.exists():
+            problem = store_problem(db)
+            if problem is None:
+                return
+            runs = _count_runs(db)
+            if runs != 0:
+                held = "runs that cannot be read" if runs is None else f"{runs} runs"
+                raise StoreError(
+                    f"the MLflow store {db} ({uri}) is broken: {problem}. It holds {held}, so it is not rebuilt "
+                    f"automatically: back it up, then run `mlflow db upgrade {uri}` if it is an older store, or "
+                    f"move it aside (`mv {db} {db}.broken`) to start a new one.")
+            aside = db.with_name(f"{db.name}.broken-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+            os.replace(db, aside)
+            print(f"[tracking] the MLflow store {db} was half-created ({problem}; no runs): moved aside to "
+                  f"{aside.name} and rebuilt")
+        _create_sqlite_store(db, artifact_root)
+
 
 def init_store(tracking: dict | None = None) -> str:
-    """Create the store (runs sqlite migrations) and the experiment; returns the experiment id.
+    """Create the store (atomically, :func:`ensure_store`) and the experiment; returns the experiment id.
 
-    Called once from the Snakefile's ``onstart`` so that parallel jobs never race to create the database; a job
-    that opens several runs (evaluate: one per benchmark) opens the store once.
+    Called once from the Snakefile's ``onstart``; every job calls it again, which costs one check of the store
+    per process (a job that opens several runs, evaluate: one per benchmark, opens the store once). Safe
+    against concurrent callers and against a kill at any moment.
     """
     import mlflow
 
     cfg = tracking_settings(tracking)
-    mlflow.set_tracking_uri(cfg["uri"])
     key = (os.getcwd(), cfg["uri"], cfg["experiment"])  # a relative sqlite URI names another store elsewhere
     if key not in _EXPERIMENTS:
-        _EXPERIMENTS[key] = _create_experiment(cfg)
+        ensure_store(cfg["uri"], cfg["artifact_root"])
+        mlflow.set_tracking_uri(cfg["uri"])
+        db = sqlite_path(cfg["uri"])
+        exp = mlflow.MlflowClient().get_experiment_by_name(cfg["experiment"])
+        if exp is not None and exp.tags.get(EXPERIMENT_KIND_TAG) == EXPERIMENT_KIND:
+            _EXPERIMENTS[key] = exp.experiment_id
+        else:  # created (or tagged) once, under the store's lock
+            with _store_lock(db) if db is not None else _no_lock():
+                _EXPERIMENTS[key] = _create_experiment(cfg)
+    mlflow.set_tracking_uri(cfg["uri"])
     return _EXPERIMENTS[key]
 
 
+@contextmanager
+def _no_lock() -> Iterator[None]:
+    yield
+
+
 def _create_experiment(cfg: dict) -> str:
+    """Get or create the experiment, declared a model-training experiment (:data:`EXPERIMENT_KIND`)."""
     import mlflow
 
     client = mlflow.MlflowClient()
     for attempt in range(5):
         exp = client.get_experiment_by_name(cfg["experiment"])
         if exp is not None:
+            if exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+                client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return exp.experiment_id
         try:
             artifact_uri = Path(cfg["artifact_root"]).resolve().as_uri()
-            return client.create_experiment(cfg["experiment"], artifact_location=artifact_uri)
-        except Exception:  # another process created it first: look it up again
+            return client.create_experiment(cfg["experiment"], artifact_location=artifact_uri,
+                                            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except Exception:  # another process (not under our lock: a server's client) created it first
             time.sleep(0.5 * (attempt + 1))
     raise RuntimeError(f"could not create MLflow experiment {cfg['experiment']!r} in {cfg['uri']}")
 
@@ -217,3 +379,34 @@ def pull(targets: list[str], configfile: list[str] | None = None) -> None:
         cmd += ["--configfile", *configfile]
     subprocess.run(cmd, check=True)
     print("[pull] outputs restored and marked up to date; `snakemake -n` should report nothing to do")
+
+
+UI_VIEW = "workflowType=machine_learning"
+"""MLflow 3.17.2's UI picks its view from a browser-wide setting (default: GenAI, which opens an experiment on
+"Traces 0"), not from the experiment kind tag; a link that names the Model-training view opens the runs table."""
+
+
+def ui_links(uri: str = DEFAULT_TRACKING["uri"], base: str = "http://127.0.0.1:5000") -> dict[str, str]:
+    """{experiment name: the link that opens its runs table in `mlflow ui` at ``base``} for a sqlite store."""
+    import sqlite3
+
+    db = sqlite_path(uri)
+    if db is None or not db.exists():
+        return {}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        rows = con.execute("SELECT experiment_id, name FROM experiments WHERE lifecycle_stage = 'active' AND "
+                           "name != 'Default' ORDER BY experiment_id").fetchall()
+    finally:
+        con.close()
+    return {name: f"{base}/#/experiments/{exp_id}/runs?{UI_VIEW}" for exp_id, name in rows}
+
+
+if __name__ == "__main__":  # python -m brorl.tracking [STORE_URI [UI_BASE]]: the links `make mlflow-ui` prints
+    import sys
+
+    links = ui_links(*sys.argv[1:3])
+    for name, link in links.items():
+        print(f"experiment {name}: {link}")
+    if not links:
+        print("no experiments in the store yet: run the pipeline first")

@@ -74,7 +74,6 @@ import logging
 import math
 import os
 import random
-import tempfile
 from dataclasses import replace
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -463,18 +462,9 @@ def _sha256_file(path: Path) -> str:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from brorl.atomic import write_bytes
+
+    write_bytes(path, data)
 
 
 def _request(spec: BenchmarkSpec, revision: str | None, rg: Mapping | None) -> dict:

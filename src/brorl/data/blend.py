@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from brorl.data.hub import FetchError, HubClient, fetch_dataset
+from brorl.atomic import frame_to_csv, write_text
 
 BLEND_FORMAT = "brorl.data_blend/1"
 
@@ -112,12 +113,12 @@ def write_blend_table(csv: str | os.PathLike[str], md: str | os.PathLike[str],
     frame["revision"] = frame["revision"].fillna("(not pinned: main at fetch time)")
     frame["brorl_unstated"] = frame["brorl_unstated"].map(lambda v: "; ".join(v) if isinstance(v, list) else (v or ""))
     Path(csv).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(csv, index=False)
+    frame_to_csv(frame, csv, index=False)
     lines = ["# The paper's data blend (manifest)", "", blend["caveat"], "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, row in frame.iterrows():
         lines.append("| " + " | ".join("" if pd.isna(row[c]) else str(row[c]).replace("|", "/") for c in cols) + " |")
-    Path(md).write_text("\n".join(lines) + "\n")
+    write_text(md, "\n".join(lines) + "\n")
     return frame
 
 

@@ -235,16 +235,9 @@ def _install(tmp: Path, dest: Path, manifest_path: Path, new_manifest: Mapping[s
 
 
 def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    from brorl.atomic import write_text
+
+    write_text(path, text)
 
 
 def _parse_manifest(path: Path, text: str) -> dict[str, Any]:

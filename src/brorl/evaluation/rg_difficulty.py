@@ -20,6 +20,7 @@ import csv
 import time
 from pathlib import Path
 from typing import Sequence
+from brorl.atomic import atomic_open
 
 BAND = (1 / 64, 1 / 2)
 
@@ -101,7 +102,7 @@ def apply_picked(section: dict, tasks: Sequence[str], tasks_key: str, configs_ke
 def write_csv(path: str | Path, rows: Sequence[dict]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
+    with atomic_open(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)

@@ -24,7 +24,6 @@ import hashlib
 import inspect
 import json
 import math
-import os
 import tempfile
 import time
 from fnmatch import fnmatch
@@ -141,17 +140,9 @@ def task_hash_inputs(bench: Benchmark, task_dir: Path, data_dir: Path, settings:
 # ---------------------------------------------------------------------------------------------------- helpers
 
 def atomic_write_json(path: str | Path, obj) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=1, ensure_ascii=True, default=float)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from brorl.atomic import write_json
+
+    write_json(path, obj, indent=1, ensure_ascii=True, default=float)
 
 
 def stop_token_ids_of(model_dir: str | Path) -> list[int]:

@@ -9,6 +9,7 @@ from typing import Mapping
 
 import yaml
 
+from brorl.atomic import write_text
 from brorl.evaluation.metrics import metric_name, powers_of_two
 
 
@@ -40,7 +41,7 @@ def write_task_folder(out_dir: Path, files: Mapping[str, str], stale_glob: str, 
         if old.name not in files:
             old.unlink()
     for name, text in files.items():
-        (out_dir / name).write_text(text)
+        write_text(out_dir / name, text)
     if (out_dir / hooks.name).resolve() != hooks:
         shutil.copyfile(hooks, out_dir / hooks.name)
     return out_dir

@@ -16,6 +16,7 @@ import numpy as np
 
 from brorl.models.settings import DifficultySettings
 from brorl.tasks.core import format_prompt, max_new_tokens, read_split, strip_completion, verify
+from brorl.atomic import frame_to_csv, save_figure
 
 BINS = ("=0", "(0,1/64)", "[1/64,1/16)", "[1/16,1/4)", "[1/4,3/4)", "[3/4,1)", "=1")
 TAIL_LO, TAIL_HI = 1.0 / 512, 1.0 / 16
@@ -152,7 +153,7 @@ def plot_difficulty(df, png_path, title: str | None = None, column: str = "pass_
     ax.legend(fontsize=8)
     fig.tight_layout()
     Path(png_path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png_path, dpi=120)
+    save_figure(fig, png_path, dpi=120)
     plt.close(fig)
     overall = hist.iloc[0]
     return {k: float(overall[k]) for k in hist.columns if k not in ("group",)}
@@ -169,7 +170,7 @@ def run_difficulty(config: dict, model_dir, data_dir, csv_path, png_path, title:
     t0 = time.perf_counter()
     frame = estimate_difficulty(model_dir, records, settings=config["difficulty"])
     seconds = time.perf_counter() - t0
-    frame.to_csv(csv_path, index=False)
+    frame_to_csv(frame, csv_path, index=False)
     shares = plot_difficulty(frame, png_path, title=f"{title}: per-prompt pass rate")
     mlflow.log_metrics({"seconds": seconds, "pass_rate_mean": float(frame["pass_rate"].mean()),
                         "q_pos_exact_mean": float(frame["q_pos_exact"].mean()), **numeric_metrics(shares)})

@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from brorl.atomic import atomic_dir, atomic_path
 from brorl.models.scoring import exact_answer_probability
 from brorl.models.settings import ModelSettings, SFTSettings
 from brorl.models.tokenizer import build_tokenizer
@@ -183,35 +183,24 @@ def _settings_key(sft: SFTSettings, ts: TaskSettings) -> str:
 
 
 def _atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def save_model_folder(model, tokenizer, out_dir: str | Path, extra: dict | None = None) -> None:
-    """Write the HF folder to a temporary sibling, then rename it onto ``out_dir``."""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    """Write the HF folder to a temporary sibling, then rename it onto ``out_dir`` (brorl.atomic.atomic_dir)."""
     _clean_generation_config(model, tokenizer)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    gen_cfg = tmp / "generation_config.json"
-    if gen_cfg.exists():  # belt and braces: never ship a generation length (lm-eval would obey it)
-        cfg = json.loads(gen_cfg.read_text())
-        for k in ("max_new_tokens", "max_length"):
-            cfg.pop(k, None)
-        gen_cfg.write_text(json.dumps(cfg, indent=2) + "\n")
-    for name, obj in (extra or {}).items():
-        (tmp / name).write_text(json.dumps(obj, indent=1, default=float) + "\n")
-    old = out_dir.with_name(out_dir.name + f".old{os.getpid()}")
-    if out_dir.exists():
-        os.replace(out_dir, old)
-    os.replace(tmp, out_dir)
-    if old.exists():
-        shutil.rmtree(old)
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        gen_cfg = tmp / "generation_config.json"
+        if gen_cfg.exists():  # belt and braces: never ship a generation length (lm-eval would obey it)
+            cfg = json.loads(gen_cfg.read_text())
+            for k in ("max_new_tokens", "max_length"):
+                cfg.pop(k, None)
+            gen_cfg.write_text(json.dumps(cfg, indent=2) + "\n")
+        for name, obj in (extra or {}).items():
+            (tmp / name).write_text(json.dumps(obj, indent=1, default=float) + "\n")
 
 
 def train_sft(data_dir: str | Path, out_dir: str | Path, sft_settings: SFTSettings | dict | None = None,

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from brorl.atomic import atomic_path, write_text
 from brorl.tasks.core import FAMILIES, is_probe, read_split
 from brorl.training.stage import TAIL_HI, TAIL_LO
 
@@ -166,7 +167,6 @@ def measure_cached(model_dir: str | Path, data_dir: str | Path, heldout: dict | 
     if cache_dir is None:
         return measure(model_dir, data_dir, heldout, source=source)
     import hashlib
-    import os
 
     files = sorted(p for p in Path(model_dir).rglob("*") if p.is_file())
     key = json.dumps({"model": str(Path(model_dir).resolve()), "data": str(Path(data_dir).resolve()),
@@ -179,9 +179,8 @@ def measure_cached(model_dir: str | Path, data_dir: str | Path, heldout: dict | 
             return {k: z[k] for k in z.files}
     out = measure(model_dir, data_dir, heldout, source=source)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.npz")
-    np.savez(tmp, **out)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        np.savez(tmp, **out)
     return out
 
 
@@ -232,8 +231,9 @@ def metrics(end: dict, start: dict, ks=DEFAULT_K) -> dict:
 
 
 def save(path: str | Path, start: dict, end: dict, **extra) -> None:
-    np.savez(path, p_start=start["p"], p_end=end["p"], task=end["task"], ids=end["ids"],
-             answer_probs_start=start["answer_probs"], answer_probs_end=end["answer_probs"], **extra)
+    with atomic_path(path) as tmp:
+        np.savez(tmp, p_start=start["p"], p_end=end["p"], task=end["task"], ids=end["ids"],
+                 answer_probs_start=start["answer_probs"], answer_probs_end=end["answer_probs"], **extra)
 
 
 def train_pool_metrics(start: dict, end: dict) -> dict:
@@ -284,7 +284,7 @@ def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, 
         extra = {"p_train_start": t0["p"], "p_train_end": t1["p"]}
     results = Path(results_out)
     save(results / "heldout.npz", start, end, **extra)
-    (results / "heldout.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_text(results / "heldout.json", json.dumps(out, indent=1) + "\n")
     mlflow.log_metrics(numeric_metrics(out, "heldout/"))
     mlflow.log_artifact(str(results / "heldout.json"))
     a = out["all"]

@@ -30,6 +30,7 @@ from brorl.study.heldout import BINS
 from brorl.study.plan import BASE, all_settings, budget_settings, arm_spec, family, reference_n, study_plan
 from brorl.stats import ALPHA, describe, fmt_p, one_sample, seed_level, verdict as seed_verdict
 from brorl.training.report import paired
+from brorl.atomic import atomic_open, save_figure, write_text
 
 COLUMNS = ("setting", "n", "prompts_per_step", "seeds", "steps", "generated_samples", "kept_samples",
            "wall_time_s", "dynamic_sampling_pass_rate", "validation_pass1_end", "test_mean_at_k", "test_pass@16",
@@ -166,7 +167,7 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
             rows.append({**arm_row(setting, n, arm_of(setting, n)),
                          "reused_from": plan[setting][n] if plan[setting][n] != setting else ""})
 
-    with open(csv_path, "w", newline="") as f:
+    with atomic_open(csv_path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS) + ["reused_from"])
         w.writeheader()
         w.writerows(rows)
@@ -187,7 +188,7 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
                        out / "saturation.png")
     md = _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
                    measured=measured, tail=tail)
-    Path(md_path).write_text(md)
+    write_text(md_path, md)
     return verdicts
 
 
@@ -212,7 +213,7 @@ def _seed_csv(plan, arm_of, path) -> None:
                              "test_mean_at_k": float(np.mean(s["p_end"])), "test_pass@16": h.get("pass@16"),
                              "test_pass@256": h.get("pass@256"), "test_zero_share": h["histogram"]["zero"],
                              "tail_q_pos_end": s["heldout"].get("tail", {}).get("q_pos_end"), "run_id": s["run_id"]})
-    with open(path, "w", newline="") as f:
+    with atomic_open(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=SEED_COLUMNS)
         w.writeheader()
         w.writerows(rows)
@@ -234,7 +235,7 @@ def _verdict_csv(verdicts, factorial, premise, path) -> None:
     rows += [row(s, "best larger N - N=16", v, v["verdict"]) for s, v in verdicts.items()]
     if factorial:
         rows += [row(f"factorial {name}", "effect", e, seed_verdict(e)) for name, e in factorial["effects"].items()]
-    with open(path, "w", newline="") as f:
+    with atomic_open(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=VERDICT_COLUMNS)
         w.writeheader()
         w.writerows(rows)
@@ -707,7 +708,7 @@ def _figures(study, plan, arm_of, verdicts, png_delta, png_base) -> None:
     ax.set_ylabel(f"Δ held-out mean@k vs N={ref_n}")
     ax.set_title(f"Best larger-N arm minus N={ref_n} (bars: seed mean; dots: seeds)")
     fig.tight_layout()
-    fig.savefig(png_delta, dpi=120)
+    save_figure(fig, png_delta, dpi=120)
     plt.close(fig)
 
     first = BASE if BASE in plan else next(iter(plan))
@@ -740,7 +741,7 @@ def _figures(study, plan, arm_of, verdicts, png_delta, png_base) -> None:
     a2.legend(fontsize=7)
     fig.suptitle(f"Setting {first}: its arms at the end")
     fig.tight_layout()
-    fig.savefig(png_base, dpi=120)
+    save_figure(fig, png_base, dpi=120)
     plt.close(fig)
 
 
@@ -766,7 +767,7 @@ def _budget_figure(study, verdicts, path) -> None:
     ax.set_title("Larger N minus N=16 against the budget (band: seeds' range)")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -795,7 +796,7 @@ def _saturation_figure(premise, path) -> None:
     ax.set_title("Does continued N=16 saturate?")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the curves, not over them
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -810,7 +811,7 @@ def splice_verdict(summary_md, readme) -> None:
     if not all(m in doc for m in MARKERS):
         raise ValueError(f"{readme}: no {MARKERS[0]} ... {MARKERS[1]} block to write the verdict into")
     head, rest = doc.split(MARKERS[0], 1)
-    Path(readme).write_text(f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
+    write_text(readme, f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
 
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from brorl.atomic import write_text
 from brorl.tasks.core import TaskSettings, is_probe, read_split, split_path, write_jsonl, write_splits
 from brorl.training.stage import TAIL_HI, TAIL_LO
 
@@ -81,13 +82,13 @@ def build_tail_pool(config: dict, model_dir, exclude_dir, out_dir, work_dir=None
             shutil.copyfile(split_path(cand, task, split), split_path(out, task, split))
         band = in_band(test["p"][test["task"] == task])
         counts[task].update(test_prompts=int(band.size), test_in_band=int(band.sum()))
-    (out / "tasks.json").write_text(json.dumps(settings.to_dict(), indent=1) + "\n")
+    write_text(out / "tasks.json", json.dumps(settings.to_dict(), indent=1) + "\n")
     single = np.array([not is_probe(t) for t in test["task"]])
     summary = {"band": list(BAND), "candidates": len(train), "kept": len(kept),
                "kept_share": len(kept) / max(1, sum(c["candidates"] for c in counts.values())),
                "test_prompts": int(test["p"].size), "test_in_band_single_answer": int((in_band(test["p"]) & single).sum()),
                "families": counts}
-    (out / "tail_pool.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_text(out / "tail_pool.json", json.dumps(summary, indent=1) + "\n")
     shutil.rmtree(cand, ignore_errors=True)
     return summary
 

@@ -27,6 +27,7 @@ from brorl.tables.plan import Plan
 from brorl.tasks.families import FAMILIES, family_of_benchmark, tiny_benchmarks
 from brorl.tables.reference import load_reference
 from brorl.tables.store import RunStore
+from brorl.atomic import atomic_open, save_figure
 
 FIGURES = ("figure1", "figure4", "passk")
 PROBES = {False: "probe_q_pos_mean", True: "probe_multi_q_pos_mean"}
@@ -160,7 +161,7 @@ class FigureBuilder:
         fig.suptitle("Figure 1: score against training hours and samples (paper beside ours)")
         _footer(fig, self.gaps)
         fig.tight_layout(rect=(0, 0.04 if self.gaps else 0, 1, 1))
-        fig.savefig(out_png, dpi=110)
+        save_figure(fig, out_png, dpi=110)
         plt.close(fig)
 
     # ------------------------------------------------------------------ Figure 4
@@ -240,7 +241,7 @@ class FigureBuilder:
         self.gaps = list(dict.fromkeys(self.gaps))
         _footer(fig, self.gaps)
         fig.tight_layout(rect=(0, 0.04 if self.gaps else 0, 1, 0.97))
-        fig.savefig(out_png, dpi=110)
+        save_figure(fig, out_png, dpi=110)
         plt.close(fig)
 
     # ------------------------------------------------------------------ pass@k
@@ -290,7 +291,7 @@ class FigureBuilder:
         self.gaps = list(dict.fromkeys(self.gaps))
         _footer(fig, self.gaps)
         fig.tight_layout(rect=(0, 0.04 if self.gaps else 0, 1, 0.97))
-        fig.savefig(out_png, dpi=110)
+        save_figure(fig, out_png, dpi=110)
         plt.close(fig)
 
 
@@ -316,7 +317,7 @@ def build_figure(name: str, *, tracking_uri: str, experiment: str, profile, out_
         outputs = [str(out_png)]
         if out_csv:
             Path(out_csv).parent.mkdir(parents=True, exist_ok=True)
-            with open(out_csv, "w", newline="") as f:
+            with atomic_open(out_csv, newline="") as f:
                 w = csv.DictWriter(f, fieldnames=["figure", "panel", "series", "x", "y", "run_id"])
                 w.writeheader()
                 w.writerows(fb.points)

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+from brorl.atomic import atomic_open, write_text
 
 GAP_MARK = "—"
 PAPER_DASH = "–"  # the paper's own "–" (a value it does not give)
@@ -214,17 +215,17 @@ class Table:
             p.parent.mkdir(parents=True, exist_ok=True)
         rows = self.display_rows()
         fields = ["source", "profile", "row", *[c for c, _ in self.columns], "ref", "run_ids"]
-        with open(out_csv, "w", newline="") as f:
+        with atomic_open(out_csv, newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             w.writerows(rows)
         recs = self.cell_records()
-        with open(out_cells, "w", newline="") as f:
+        with atomic_open(out_cells, newline="") as f:
             w = csv.DictWriter(f, fieldnames=["table", "source", "profile", "row", "ref", "column", "header",
                                               "display", "value", "sd", "n", "gap", "run_ids", "runs"])
             w.writeheader()
             w.writerows(recs)
-        out_md.write_text(self.markdown())
+        write_text(out_md, self.markdown())
         return [str(out_csv), str(out_md), str(out_cells)]
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Iterable
 
 import numpy as np
 
+from brorl.atomic import atomic_open, write_text
 from brorl.settings import settings_kwargs
 from brorl.tasks.families import FAMILIES, max_answer_chars
 
@@ -169,13 +169,11 @@ def generate_split(task: str, split: str, n: int, seed: int, *, partition_seed: 
 def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r, ensure_ascii=True) + "\n")
             n += 1
-    os.replace(tmp, path)
     return n
 
 
@@ -216,7 +214,7 @@ def write_splits(out_dir: str | Path, settings: TaskSettings | dict | None = Non
             metrics[f"{task}/{split}/n"] = len(recs)
             metrics[f"{task}/{split}/mean_answers"] = float(np.mean([len(r["answers"]) for r in recs]))
             metrics[f"{task}/{split}/mean_answer_chars"] = float(np.mean([len(r["answer"]) for r in recs]))
-    (out_dir / "tasks.json").write_text(json.dumps(settings.to_dict(), indent=1) + "\n")
+    write_text(out_dir / "tasks.json", json.dumps(settings.to_dict(), indent=1) + "\n")
     return metrics
 
 

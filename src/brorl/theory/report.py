@@ -11,6 +11,7 @@ import pandas as pd
 
 from brorl.theory.mass_balance import expected_unsampled_second_moments, unsampled_probability
 from brorl.theory.simulation import METRICS, SimulationSettings
+from brorl.atomic import frame_to_csv, save_figure, write_text
 
 PANELS = {
     "q_pos": ("Q_pos (correct mass)", 1.0),
@@ -57,7 +58,7 @@ def plot_figure3(frame: pd.DataFrame, path: str | Path) -> None:
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Token-level simulation (BroRL Fig. 3 settings): mean over {n_seeds} seeds, band = min-max")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -129,7 +130,7 @@ def readings(table: pd.DataFrame, last: int, q_start: float | None = None) -> li
 def write_summary(frame: pd.DataFrame, steps, md_path: str | Path, csv_path: str | Path,
                   settings: SimulationSettings, seconds: float | None = None) -> pd.DataFrame:
     table = summary_table(frame, steps)
-    table.to_csv(csv_path, index=False)
+    frame_to_csv(table, csv_path, index=False)
     steps = [s for s in steps if f"q_pos@{s}" in table]
     lines = [
         "# Token-level simulation (BroRL Figure 3)",
@@ -157,7 +158,7 @@ def write_summary(frame: pd.DataFrame, steps, md_path: str | Path, csv_path: str
     lines += [f"- {r}" for r in readings(table, steps[-1], q_start)]
     if seconds is not None:
         lines += ["", f"Simulation wall time: {seconds:.1f} s."]
-    Path(md_path).write_text("\n".join(lines) + "\n")
+    write_text(md_path, "\n".join(lines) + "\n")
     return table
 
 
@@ -256,7 +257,7 @@ def smallest_n_no_loss(table: pd.DataFrame, column: str) -> int | None:
 
 def write_sweep(frame: pd.DataFrame, settings: SimulationSettings, csv_path, md_path, png_path) -> dict:
     table = sweep_table(frame, settings)
-    table.to_csv(csv_path, index=False)
+    frame_to_csv(table, csv_path, index=False)
     steps = int(frame["step"].max())
     n_final = smallest_n_no_loss(table, "final_worst_correct_delta_min")
     n_any = smallest_n_no_loss(table, "any_step_worst_correct_delta_min")
@@ -301,7 +302,7 @@ def write_sweep(frame: pd.DataFrame, settings: SimulationSettings, csv_path, md_
             f"{r['any_step_worst_correct_delta_min']:.2e} | {r['expected_u_pos2']:.2e} | "
             f"{r['expected_u_neg2']:.2e} | {r['expected_coupling']:.2e} | "
             f"{r['expected_unsampled_correct_tokens']:.1f} |")
-    Path(md_path).write_text("\n".join(lines) + "\n")
+    write_text(md_path, "\n".join(lines) + "\n")
     _plot_sweep(table, png_path, n_final, pred)
     return {"n_no_loss_final": n_final, "n_no_loss_any_step": n_any, **pred}
 
@@ -337,7 +338,7 @@ def _plot_sweep(table: pd.DataFrame, path, n_final, pred) -> None:
     fig.suptitle("Extended N sweep: red = smallest N with no final loss; gray = Lemma 2 predictions "
                  "(dotted: coupling >= 0, dash-dot: < 1 unsampled correct token)")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
 
 
@@ -355,7 +356,7 @@ def run_theory_simulate(config: dict, csv_path) -> None:
     frame = results_frame(run_grid(settings))
     seconds = time.perf_counter() - t0
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(csv_path, index=False)
+    frame_to_csv(frame, csv_path, index=False)
     means = frame.groupby(["n_rollouts", "step"]).mean(numeric_only=True)
     log_curves({f"{metric}/n{n}": means.loc[n][metric].tolist() for n in settings.n_rollouts for metric in METRICS})
     mlflow.log_metric("wall_seconds", seconds)

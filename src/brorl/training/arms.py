@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from brorl.atomic import atomic_dir, atomic_open, atomic_path, write_text
 from brorl.training.settings import RLSettings
 
 ARM_COLUMNS = ("arm", "seed", "stage", "stage_n_rollouts", "arm_step", "arm_generated_samples",
@@ -183,20 +184,15 @@ def plan_errors(rl: dict, prorl_stage: bool) -> list[str]:
 
 def _copy_folder(src: Path, dst: Path) -> None:
     """Copy an HF folder to ``dst`` atomically (temporary sibling, then rename)."""
-    tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
-    shutil.rmtree(dst, ignore_errors=True)
-    os.replace(tmp, dst)
+    with atomic_dir(dst) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
 
 
 def _write_rows(path: Path, rows: list[dict], columns) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
+    with atomic_open(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         w.writeheader()
         w.writerows({k: ("" if r.get(k) is None else r[k]) for k in columns} for r in rows)
-    os.replace(tmp, path)
 
 
 def folder_digest(folder: Path) -> str:
@@ -266,7 +262,8 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
     dist = PartialState(cpu=not torch.cuda.is_available())  # the stage's state: one process or brorl launch's
     main = dist.is_main_process  # several processes: the main one writes
     if main:
-        np.savez(results / "probe.npz", q_start=q_start, q_end=q_end, ids=z1["ids"])
+        with atomic_path(results / "probe.npz") as tmp:
+            np.savez(tmp, q_start=q_start, q_end=q_end, ids=z1["ids"])
         _write_rows(results / "metrics.csv", rows, ARM_COLUMNS + METRIC_COLUMNS)
 
     gen_s = sum(r["generation_seconds"] or 0.0 for r in rows)
@@ -298,9 +295,7 @@ def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Pa
     }
     if main:
         _copy_folder(init, Path(model_out))
-        tmp = results / f"summary.json.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(summary, indent=1, default=float) + "\n")
-        os.replace(tmp, results / "summary.json")
+        write_text(results / "summary.json", json.dumps(summary, indent=1, default=float) + "\n")
     dist.wait_for_everyone()  # the outputs exist before any process returns
     if progress:
         print(f"[arm {arm} seed {seed}] done: validation pass@1 {summary['validation_pass1_start']:.4f} -> "
@@ -353,7 +348,7 @@ def run_rule_arm(init_model_dir, data_dir, work_dir, stages: list[dict], model_o
     with open_run(params) as run:
         results = Path(results_out)
         results.mkdir(parents=True, exist_ok=True)
-        (results / "mlflow_run_id").write_text(run.info.run_id + "\n")
+        write_text(results / "mlflow_run_id", run.info.run_id + "\n")
         summary = run_arm(*where, arm=arm, seed=seed, source=source)
         rows = read_metrics(results)
         log_curves({key: [r[key] if r[key] is not None else float("nan") for r in rows] for key in CURVES},

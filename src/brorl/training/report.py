@@ -15,6 +15,7 @@ import numpy as np
 
 from brorl.stats import MIN_SEEDS, describe, fmt_p, one_sample, seed_level, verdict as seed_verdict, welch
 from brorl.training.arms import Arm, arm_of, arm_plan
+from brorl.atomic import frame_to_csv, save_figure, write_text
 
 FIELDS = ("arm", "seed", "n_rollouts", "prompts_per_step", "steps", "generated_samples", "sample_budget",
           "kept_samples", "validation_pass1_start", "validation_pass1_end", "tail_prompts", "q_pos_tail_start",
@@ -134,7 +135,7 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
     frame = pd.DataFrame([{k: (s.get(k) if not isinstance(s.get(k), list) else "→".join(map(str, s[k])))
                            for k in FIELDS} for v in arms.values() for s in v])
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(csv_path, index=False)
+    frame_to_csv(frame, csv_path, index=False)
 
     lines = ["# Training arms (tiny profile)" if (prorl or {}).get("settings") else "# Training arms", ""]
     lines += ["Validation pass@1 is exact (mean teacher-forced Q_pos over the validation prompts of the "
@@ -263,7 +264,7 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
               "sufficient at this scale and budget, not that the paper is wrong.", ""]
     _figure(arms, prorl_dir, png_path, plan)
     lines += [f"![training curves]({Path(png_path).name})", ""]
-    Path(md_path).write_text("\n".join(lines))
+    write_text(md_path, "\n".join(lines))
     return {"metrics": metrics, "readings": readings}
 
 
@@ -313,5 +314,5 @@ def _figure(arms, prorl_dir, png_path, plan) -> None:
         ax2.plot(nn, [np.mean([r["generation_samples_per_s"] for r in runs]) for _, runs in ns], "s--", color="C1")
         ax2.set_ylabel("generation samples/s", color="C1")
     fig.tight_layout()
-    fig.savefig(png_path, dpi=110)
+    save_figure(fig, png_path, dpi=110)
     plt.close(fig)

@@ -63,9 +63,9 @@ _FROM_LOGS = {
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    from brorl.atomic import write_text
+
+    write_text(path, text)
 
 
 def latest_checkpoint(checkpoint_dir: Path) -> Path | None:

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
+from brorl.atomic import atomic_open, save_figure, write_text
 
 VLLM_ENGINES = {"vllm": True, "vllm_no_prefix_cache": False}
 """vLLM engines of the study -> ``enable_prefix_caching``."""
@@ -191,7 +192,7 @@ def write_outputs(rows: list[dict], csv_path: str | Path, png_path: str | Path |
     import csv
 
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "w", newline="") as f:
+    with atomic_open(csv_path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS))
         w.writeheader()
         w.writerows(rows)
@@ -203,7 +204,7 @@ def write_outputs(rows: list[dict], csv_path: str | Path, png_path: str | Path |
         lines += [f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | {_rate(r['samples_per_s'])} | "
                   f"{_rate(r['tokens_per_s'])} | {r['mean_length']:.2f} |" for r in rows]
         lines += ["", "Largest N over smallest N: " + ", ".join(f"{e} {v:.2f}x" for e, v in rat.items()) + "."]
-        Path(md_path).write_text("\n".join(lines) + "\n")
+        write_text(md_path, "\n".join(lines) + "\n")
     if png_path is not None:
         import matplotlib
 
@@ -223,7 +224,7 @@ def write_outputs(rows: list[dict], csv_path: str | Path, png_path: str | Path |
         axes[0].legend()
         fig.suptitle(f"Rollout throughput against N, equal samples per cell{title}")
         fig.tight_layout()
-        fig.savefig(png_path, dpi=110)
+        save_figure(fig, png_path, dpi=110)
         plt.close(fig)
     return rat
 
