@@ -115,6 +115,21 @@ def fake_vllm_package(root: Path, version: str = "0.31.0") -> Path:
     return root
 
 
+@pytest.fixture(autouse=True)
+def _no_leaks():
+    """TRL's colocated vLLM path sets RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in os.environ and opens a
+    process group on port 29500 in this process: both would leak into later tests' child processes (a training
+    child then failed to rendezvous: 'EADDRINUSE' on 29500). Restore the environment, close the group."""
+    env = dict(os.environ)
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    os.environ.clear()
+    os.environ.update(env)
+
+
 @pytest.fixture
 def fake_vllm(tmp_path, monkeypatch):
     """The fake ``vllm`` importable for this test (modules already imported under that name are set aside)."""
