@@ -277,7 +277,7 @@ def browse_the_runs(work: Path, shots: Path) -> list[Path]:
     with mlflow_ui(work) as (port, experiment), Chromium(shots / "chromium-profile") as browser:
         base = f"http://127.0.0.1:{port}"
         links = ui_links(f"sqlite:///{work / 'mlflow.db'}", base)
-        assert set(links) == {"brorl-ci"}, links
+        assert "brorl-ci" in links, links  # (an earlier test adds brorl-ci-refetch to the same store)
         text = browser.open(links["brorl-ci"], until=list(RULE_RUNS))  # the runs table: every rule's runs
         assert "Traces\n0" not in text and "No data available" not in text  # not the GenAI overview
         saved.append(browser.screenshot(shots / "1_runs_table.png"))
