@@ -28,6 +28,14 @@ TRACKING = {"uri": "sqlite:///mlflow.db", "experiment": "brorl", "artifact_root"
 HANG_GUARD_S = 600  # only a hang guard: 8 openers at a load of 18 on 2 cores took minutes
 
 
+@pytest.fixture(autouse=True)
+def _no_tracking_uri_override(monkeypatch):
+    """The openers must create the store the config names. MLFLOW_TRACKING_URI overrides it (brorl.tracking), and
+    mlflow.set_tracking_uri exports it into os.environ: a test earlier in the same pytest process that opened a run
+    left it pointing at its own store, and these openers then never created ./mlflow.db (CI, 2026-12-06)."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
 def _opener(cwd: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "brorl.cli", "init-tracking", "--tracking", json.dumps(TRACKING)],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
