@@ -210,7 +210,8 @@ def _premise_run(folder, seed, start, end, stopped, samples):
 
 
 @pytest.mark.parametrize("stopped, first", [("plateau", "**Premise met at 20,480 samples**"),
-                                            ("sample_budget", "**Premise: did not plateau within budget 786,432 samples**")])
+                                            ("sample_budget", "**Premise: did not plateau within budget 786,432 samples**"),
+                                            (None, "**Premise test not run** (`study.premise.run: false`)")])
 def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, first):
     """write_summary on hand-made arms of the tail overlay: N=512 gains on the band only."""
     from brorl.study.plan import all_settings
@@ -218,6 +219,8 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
 
     cfg = cfg_of(TAIL)
     rl, study = cfg["rl"], {**cfg["study"], "include": ["tail_comparison", "tail_comparison_const"]}
+    if stopped is None:  # declared, not run: no premise folder; the first line says so, with a cost estimate
+        study["premise"] = {**study["premise"], "run": False}
     rng = np.random.default_rng(3)
     start = np.concatenate([rng.uniform(0.003, 0.06, 40), rng.uniform(0.2, 0.9, 160)])  # 40 test prompts in the band
     band = np.arange(start.size) < 40
@@ -232,7 +235,8 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
             h = json.loads(held.read_text())
             held.write_text(json.dumps({**h, "train_pool": {"prompts": 50, "q_pos_start": 0.02, "q_pos_end": 0.02 + band_gain,
                                                             "zero_share_end": 0.1}}))
-    _premise_run(tmp_path / "premise" / "seed0", 0, start, start + 0.01, stopped, 20480 if stopped == "plateau" else 786432)
+    if stopped:
+        _premise_run(tmp_path / "premise" / "seed0", 0, start, start + 0.01, stopped, 20480 if stopped == "plateau" else 786432)
     (tmp_path / "data_tail").mkdir()
     (tmp_path / "data_tail" / "tail_pool.json").write_text(json.dumps({
         "candidates": 1000, "kept": 90, "kept_share": 0.09, "test_prompts": 200, "test_in_band_single_answer": 40}))
@@ -242,8 +246,12 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     md = out["summary.md"].read_text()
     lines = md.splitlines()
     assert lines[0].startswith("# The N-scaling study") and lines[2].startswith(first)
-    assert md.index("## The premise test (measured plateau)") < md.index("## The tail-dominated pool") \
-        < md.index("## BroRL's comparison")
+    if stopped is None:  # 5 N=16 arms of 98,304 samples in 480 s each: 204.8 samples/s -> 786,432 in 64 min
+        assert "about 64 min per seed at the median rate of this study's 5 N=16 arm run(s)" in lines[2]
+        assert "## The premise test (measured plateau)" not in md
+    else:
+        assert md.index("## The premise test (measured plateau)") < md.index("## The tail-dominated pool")
+    assert md.index("## The tail-dominated pool") < md.index("## BroRL's comparison")
     tail = md.split("## The tail-dominated pool")[1].split("\n## ")[0]
     assert "90 of 1,000 fresh candidate prompts (9.0%)" in tail and "200 prompts, 40 of them in the band" in tail
     assert "by > 0.01 at seed-level p < 0.05. **Outcome: supported.**" in tail
@@ -253,9 +261,22 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     assert verdicts["tail_comparison"]["delta"] < 0
     assert "| tail_comparison | 512 | 5 |" in tail and "0.0200 -> 0.0700" in tail  # the training pool's own tail
     verdict = md.split("## Verdict\n\n")[1].split("\n## ")[0]
-    premise_row = "| the premise, measured (continued N=16 plateaus by the slope stop) | premise run, 1 seed(s), budget 786,432"
+    premise_row = "| the premise, measured (continued N=16 plateaus by the slope stop) | " + (
+        "premise run, 1 seed(s), budget 786,432" if stopped else "not run (budget 786,432 samples; about 64 min")
     assert premise_row in verdict
-    assert ("**holds**" if stopped == "plateau" else "**does not hold within the budget**") in verdict
+    assert {"plateau": "**holds**", "sample_budget": "**does not hold within the budget**",
+            None: "**not testable (not run)**"}[stopped] in verdict
     assert "| BroRL's mechanism on the tail pool (decision rule: Δ on the band > 0.01, p < 0.05) |" in verdict \
         and "40 test prompts in the band | +0.04" in verdict and "| **supports** |" in verdict
     assert "## The premise: does" not in md  # tail-pool N=16 arms do not test the start's saturation
+
+
+def test_premise_declared_not_run_has_no_seeds_to_run():
+    """``study.premise.run: false`` (issue 29: run it if the tail result leaves the question open): the rule's files
+    leave the summary's inputs; absent premise: none either; the default runs its seeds."""
+    from brorl.study.plan import premise_seeds
+
+    p = {"sample_budget": 1000, "plateau_slope": 0.001}
+    assert premise_seeds({"premise": p}) == [0]
+    assert premise_seeds({"premise": {**p, "seeds": [1, 2]}}) == [1, 2]
+    assert premise_seeds({"premise": {**p, "run": False}}) == [] and premise_seeds({}) == []

@@ -4,7 +4,7 @@
 # earlier setting runs once, under that setting's name. Each rule calls one `brorl` command.
 import os
 
-from brorl.study.plan import (POOLS, all_settings, arm_jobs, fresh_pool_tasks, late_start_stage, pools, premise_settings,
+from brorl.study.plan import (POOLS, all_settings, arm_jobs, fresh_pool_tasks, late_start_stage, pools, premise_seeds,
                               premise_stage, stage_for, starts)
 
 STUDY = "study" in config
@@ -28,8 +28,7 @@ STUDY_SUMMARY = ["results/study/summary.md", "results/study/summary.csv", "resul
 STUDY_POOL_FILES = [f"{POOLS['fresh']}/{task}/{split}.jsonl" for task in config.get("tasks", {}).get("tasks", [])
                     for split in ("train", "validation", "test")] + [f"{POOLS['fresh']}/tasks.json"] if PRORL_STAGE else []
 # issue 29: the premise test (continued N=16 with the slope stop; reported first) and the tail pool, when configured
-STUDY_PREMISE = premise_settings(STUDY_CFG) if STUDY else {}
-STUDY_PREMISE_FILES = [f"results/study/premise/seed{s}/{name}" for s in STUDY_PREMISE.get("seeds", [])
+STUDY_PREMISE_FILES = [f"results/study/premise/seed{s}/{name}" for s in (premise_seeds(STUDY_CFG) if STUDY else [])
                        for name in ("summary.json", "heldout.json")]
 STUDY_TAIL = STUDY_CFG.get("tail_pool") if STUDY and PROFILE.data == "tasks" else None
 STUDY_TAIL_FILES = ([f"{POOLS['tail']}/{task}/{split}.jsonl" for task in config["tasks"]["tasks"]
@@ -79,7 +78,7 @@ if STUDY_TAIL:
             "OMP_NUM_THREADS={threads} brorl study-tail-pool --rule {params.rule} --config {params.cfg:q}"
             f" --model {{params.model}} --exclude {TRAIN_DATA_DIR} --out {{params.out}} 2>&1 | tee {{log}}"
 
-if STUDY_PREMISE:
+if STUDY and STUDY_CFG.get("premise"):  # declared: the rule exists (its files join the summary only when run: true)
 
     rule study_premise:
         input:

@@ -71,7 +71,7 @@ STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_la
 AXES = ("ns", "samples_per_step", "steps", "prompts_per_step", "pool", "start", "settings", "time_budget_s", "refill")
 REFILL = {"max_rounds": 1, "round_prompts": 0}
 """The study's default refill: one generation round per step (equal generated samples per step across N)."""
-PREMISE_DEFAULTS = {"seeds": [0], "plateau_window": 8, "probe_every": 5}
+PREMISE_DEFAULTS = {"seeds": [0], "plateau_window": 8, "probe_every": 5, "run": True}
 """``study.premise`` defaults (``sample_budget`` and ``plateau_slope`` have none: the config states them)."""
 LR_KEYS = ("lr_rule", "eta0", "b0")
 TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample steps
@@ -202,6 +202,12 @@ def late_start_stage(profile: Profile, rl: dict, study: dict) -> dict:
 def premise_settings(study: dict) -> dict:
     """``study.premise`` over :data:`PREMISE_DEFAULTS` (empty: no premise run)."""
     return {**PREMISE_DEFAULTS, **study["premise"]} if study.get("premise") else {}
+
+
+def premise_seeds(study: dict) -> list[int]:
+    """The seeds the premise rule runs: none when ``study.premise`` is absent or declares ``run: false``."""
+    p = premise_settings(study)
+    return list(p["seeds"]) if p and p["run"] else []
 
 
 def premise_stage(profile: Profile, rl: dict, study: dict) -> dict:

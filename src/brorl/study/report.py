@@ -374,7 +374,7 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
         "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",
         _coverage(study, plan, verdicts) + _short_arms(study, plan, arm_of), "",
         "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n, measured, tail), ""]
-    lines += _premise_run_md(measured) if measured else []  # the measured premise first (issue 29) ...
+    lines += _premise_run_md(measured) if measured and not measured.get("not_run") else []  # the measured premise first (issue 29) ...
     lines += _tail_md(tail) if tail else []  # ... then the tail-dominated pool, then the earlier settings
     lines += _premise_md(premise, ref_n)  # the premise first: every comparison below depends on it
     unequal = {s: v for s, v in verdicts.items() if v["unequal"]}
@@ -590,7 +590,10 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
     """The verdict: a short table (claim, what was compared, Δ, seed-level p, prompt-level p, reading) and two or
     three plain sentences. Seed-level tests decide; fewer than 3 seeds read "not testable"."""
     rows = []  # (claim, what was compared, test dict or None, reading)
-    if measured:
+    if measured and measured.get("not_run"):
+        rows.append((f"the premise, measured (continued N={ref_n} plateaus by the slope stop)",
+                     f"not run (budget {measured['budget']:,} samples; {measured['cost']})", None, "not testable (not run)"))
+    elif measured:
         n = len(measured["runs"])
         reading = ("holds" if measured["fired"] == n else "does not hold within the budget" if not measured["fired"]
                    else f"not resolved (plateau in {measured['fired']} of {n} seeds)")
@@ -645,7 +648,9 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
     said = lambda *starts: [c for c, _, _, r in rows if r.startswith(starts)]  # noqa: E731
     fmt = lambda xs: "; ".join(xs) if xs else "none"  # noqa: E731
     premise_note = ""
-    if measured and not measured["fired"]:
+    if measured and measured.get("not_run"):
+        premise_note = " The start's saturation was not measured (the premise run was not run)."
+    elif measured and not measured["fired"]:
         premise_note = (f" The measured premise run did not plateau within {measured['budget']:,} samples, so these "
                         "comparisons test BroRL's recipe from a start that is still improving.")
     elif premise and premise[-1]["significant_gain"]:
@@ -882,6 +887,8 @@ def premise_run(study: dict, results: Path) -> dict | None:
     p = premise_settings(study)
     if not p:
         return None
+    if not p["run"]:
+        return _premise_not_run(p, results)
     runs = load_arm(results / "premise")
     if not runs:
         raise FileNotFoundError(f"no finished premise run under {results / 'premise'} (study.premise is configured)")
@@ -903,6 +910,21 @@ def premise_run(study: dict, results: Path) -> dict | None:
         first = (f"**Premise met in {len(fired)} of {len(runs)} seeds** (plateau at {', '.join(f'{x:,.0f}' for x in at)} "
                  f"samples; the others did not plateau within {budget:,}; {rule}).")
     return {"first_line": first, "runs": runs, "fired": len(fired), "budget": budget, "gain": gain, "rule": rule, "n": n}
+
+
+def _premise_not_run(p: dict, results: Path) -> dict:
+    """``study.premise.run: false``: the first line says the premise was not measured, with its stated budget and
+    a cost estimate from the generated samples per second of this study's own N=16 arms (their summaries)."""
+    rates = [json.loads(f.read_text()) for f in sorted(results.glob("*/n16/seed*/summary.json"))]
+    rates = [s["generated_samples"] / s["wall_time_s"] for s in rates if s.get("wall_time_s")]
+    budget = p["sample_budget"]
+    cost = (f"about {budget / np.median(rates) / 60:,.0f} min per seed at the median rate of this study's "
+            f"{len(rates)} N=16 arm run(s), {np.median(rates):,.0f} generated samples/s (smaller steps cost more "
+            "per sample)") if rates else "cost not estimated (no N=16 arm in this study)"
+    first = (f"**Premise test not run** (`study.premise.run: false`): whether continued N=16 from the start "
+             f"plateaus within {budget:,} samples was not measured this time ({len(p['seeds'])} seed(s): {cost}). "
+             "Every comparison below is from a start whose saturation is not established.")
+    return {"first_line": first, "runs": [], "fired": 0, "budget": budget, "not_run": True, "n": 16, "cost": cost}
 
 
 def _stopped(summary: dict) -> str | None:
