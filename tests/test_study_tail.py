@@ -19,6 +19,7 @@ COMBOS = {"study": ["config/config.yaml", "config/study.yaml"],
           "ci": ["tests/configs/ci.yaml"],
           "paper_study": ["config/paper.yaml", "config/paper_study.yaml"]}
 TAIL = ["config/config.yaml", "config/study.yaml", "config/study_tail.yaml"]
+TAIL_MORE = TAIL + ["config/study_tail_more.yaml"]  # + the premise run and the refill variant (declared, not run)
 
 
 def cfg_of(files):
@@ -145,8 +146,14 @@ def test_premise_stage_is_continued_n16_with_the_slope_stop_and_its_budget():
 # --- item 3: the tail pool and the overlay -------------------------------------------------------------------------
 
 def test_the_tail_overlay_runs_brorls_comparison_on_the_tail_pool_with_five_seeds():
-    cfg = cfg_of(TAIL)
+    from brorl.study.plan import premise_seeds, settings_names
+
+    run = cfg_of(TAIL)["study"]  # what was run: three settings (4 distinct arm jobs), the premise declared, not run
+    assert premise_seeds(run) == [] and settings_names(run) == ["tail_comparison", "tail_comparison_const", "tail_equal_step"]
+    assert len(arm_jobs(cfg_of(TAIL)["rl"], run)) == 4
+    cfg = cfg_of(TAIL_MORE)
     rl, study = cfg["rl"], cfg["study"]
+    assert premise_seeds(study) == [0]
     assert study["seeds"] == [0, 1, 2, 3, 4] and study["decision"] == {"setting": "tail_comparison", "margin": 0.01,
                                                                         "alpha": 0.05}
     assert study_errors(cfg) == []
@@ -219,8 +226,8 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
 
     cfg = cfg_of(TAIL)
     rl, study = cfg["rl"], {**cfg["study"], "include": ["tail_comparison", "tail_comparison_const"]}
-    if stopped is None:  # declared, not run: no premise folder; the first line says so, with a cost estimate
-        study["premise"] = {**study["premise"], "run": False}
+    # run: false (config/study_tail.yaml as run): no premise folder; the first line says so, with a cost estimate
+    study["premise"] = {**study["premise"], "run": stopped is not None}
     rng = np.random.default_rng(3)
     start = np.concatenate([rng.uniform(0.003, 0.06, 40), rng.uniform(0.2, 0.9, 160)])  # 40 test prompts in the band
     band = np.arange(start.size) < 40
@@ -274,7 +281,7 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
 def test_premise_declared_not_run_has_no_seeds_to_run():
     """``study.premise.run: false`` (issue 29: run it if the tail result leaves the question open): the rule's files
     leave the summary's inputs; absent premise: none either; the default runs its seeds."""
-    from brorl.study.plan import premise_seeds
+    from brorl.study.plan import premise_seeds, settings_names
 
     p = {"sample_budget": 1000, "plateau_slope": 0.001}
     assert premise_seeds({"premise": p}) == [0]
