@@ -225,14 +225,14 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     from brorl.study.report import write_summary
 
     cfg = cfg_of(TAIL)
-    rl, study = cfg["rl"], {**cfg["study"], "include": ["tail_comparison", "tail_comparison_const"]}
+    rl, study = cfg["rl"], {**cfg["study"], "include": ["tail_comparison", "tail_comparison_const", "tail_equal_step"]}
     # run: false (config/study_tail.yaml as run): no premise folder; the first line says so, with a cost estimate
     study["premise"] = {**study["premise"], "run": stopped is not None}
     rng = np.random.default_rng(3)
     start = np.concatenate([rng.uniform(0.003, 0.06, 40), rng.uniform(0.2, 0.9, 160)])  # 40 test prompts in the band
     band = np.arange(start.size) < 40
     for setting, n, band_gain, gain in (("tail_comparison", 16, 0.01, 0.05), ("tail_comparison", 512, 0.05, 0.03),
-                                        ("tail_comparison_const", 512, 0.012, 0.05)):
+                                        ("tail_comparison_const", 512, 0.012, 0.05), ("tail_equal_step", 16, 0.0, 0.02)):
         st = RLSettings.from_dict(stage_for(rl, study, setting, n, 0))
         for seed in range(5):
             end = np.clip(start + np.where(band, band_gain, gain) + rng.normal(0, 0.003, start.size), 0, 1)
@@ -254,7 +254,8 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     lines = md.splitlines()
     assert lines[0].startswith("# The N-scaling study") and lines[2].startswith(first)
     if stopped is None:  # 5 N=16 arms of 98,304 samples in 480 s each: 204.8 samples/s -> 786,432 in 64 min
-        assert "about 64 min per seed at the median rate of this study's 5 N=16 arm run(s)" in lines[2]
+        assert "at least 64 min per seed at the median rate of this study's 5 N=16 arm run(s) of 2,048 samples per step" \
+            in lines[2]
         assert "## The premise test (measured plateau)" not in md
     else:
         assert md.index("## The premise test (measured plateau)") < md.index("## The tail-dominated pool")
@@ -269,12 +270,14 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     assert "| tail_comparison | 512 | 5 |" in tail and "0.0200 -> 0.0700" in tail  # the training pool's own tail
     verdict = md.split("## Verdict\n\n")[1].split("\n## ")[0]
     premise_row = "| the premise, measured (continued N=16 plateaus by the slope stop) | " + (
-        "premise run, 1 seed(s), budget 786,432" if stopped else "not run (budget 786,432 samples; about 64 min")
+        "premise run, 1 seed(s), budget 786,432" if stopped else "not run (budget 786,432 samples; at least 64 min")
     assert premise_row in verdict
     assert {"plateau": "**holds**", "sample_budget": "**does not hold within the budget**",
             None: "**not testable (not run)**"}[stopped] in verdict
     assert "| BroRL's mechanism on the tail pool (decision rule: Δ on the band > 0.01, p < 0.05) |" in verdict \
         and "40 test prompts in the band | +0.04" in verdict and "| **supports** |" in verdict
+    # the equal-per-step partner (N=16 x 1,024 vs N=512 x 32 at 3e-4) has its own row: +0.03 on the full test set
+    assert "| larger N beats N=16 at equal samples per step and equal steps (tail_equal_step) |" in verdict
     assert "## The premise: does" not in md  # tail-pool N=16 arms do not test the start's saturation
 
 

@@ -615,9 +615,12 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
         rows.append((f"the premise (continued N={ref_n} has saturated)", f"{r['arm']}: end vs start, "
                      f"{r['samples']:,.0f} samples per arm", r, reading))
     for s, v in verdicts.items():
+        reading = {"won": "supports", "lost": "contradicts", "tied": "not resolved"}.get(v["verdict"], v["verdict"])
         if v["unequal"]:
-            reading = {"won": "supports", "lost": "contradicts", "tied": "not resolved"}.get(v["verdict"], v["verdict"])
             rows.append((f"larger N at a larger batch beats continued N={ref_n} ({s})",
+                         v["short"], v, reading))
+        elif tail and s in tail["settings"]:  # the tail pool's equal-per-step partner: same steps, same samples per step
+            rows.append((f"larger N beats N={ref_n} at equal samples per step and equal steps ({s})",
                          v["short"], v, reading))
     if factorial:
         e = factorial["effects"]
@@ -915,12 +918,14 @@ def premise_run(study: dict, results: Path) -> dict | None:
 def _premise_not_run(p: dict, results: Path) -> dict:
     """``study.premise.run: false``: the first line says the premise was not measured, with its stated budget and
     a cost estimate from the generated samples per second of this study's own N=16 arms (their summaries)."""
-    rates = [json.loads(f.read_text()) for f in sorted(results.glob("*/n16/seed*/summary.json"))]
-    rates = [s["generated_samples"] / s["wall_time_s"] for s in rates if s.get("wall_time_s")]
+    runs = [json.loads(f.read_text()) for f in sorted(results.glob("*/n16/seed*/summary.json"))]
+    runs = [s for s in runs if s.get("wall_time_s")]
+    step = min((16 * s["prompts_per_step"][-1] for s in runs), default=0)  # the smallest steps: nearest the premise's
+    rates = [s["generated_samples"] / s["wall_time_s"] for s in runs if 16 * s["prompts_per_step"][-1] == step]
     budget = p["sample_budget"]
-    cost = (f"about {budget / np.median(rates) / 60:,.0f} min per seed at the median rate of this study's "
-            f"{len(rates)} N=16 arm run(s), {np.median(rates):,.0f} generated samples/s (smaller steps cost more "
-            "per sample)") if rates else "cost not estimated (no N=16 arm in this study)"
+    cost = (f"at least {budget / np.median(rates) / 60:,.0f} min per seed at the median rate of this study's "
+            f"{len(rates)} N=16 arm run(s) of {step:,} samples per step, {np.median(rates):,.0f} generated samples/s; "
+            "smaller steps cost more per sample") if rates else "cost not estimated (no N=16 arm in this study)"
     first = (f"**Premise test not run** (`study.premise.run: false`): whether continued N=16 from the start "
              f"plateaus within {budget:,} samples was not measured this time ({len(p['seeds'])} seed(s): {cost}). "
              "Every comparison below is from a start whose saturation is not established.")
