@@ -688,8 +688,9 @@ def _reading(verdicts, ref_n) -> str:
 
 def _mechanism(ds_up, p256_up, zero_down, probe_up, total) -> str:
     if ds_up == total and p256_up < total / 2:
+        where = "here" if p256_up == 0 else f"in {total - p256_up} of {total} settings"
         return ("larger N keeps more prompts in the update (the mechanism BroRL names), but that did not turn "
-                "into broader coverage here: at equal samples it sees fewer distinct prompts, and pass@256 / the "
+                f"into broader coverage {where}: at equal samples it sees fewer distinct prompts, and pass@256 / the "
                 "zero bin say its policy covers fewer test prompts, not more.")
     if ds_up == total and p256_up >= total / 2:
         return ("larger N keeps more prompts in the update and covers more test prompts (pass@256, zero bin), "
