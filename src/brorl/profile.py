@@ -44,6 +44,24 @@ class Source:
 
         return read_split(data_dir, split, tasks)
 
+    def config_errors(self, rl: dict) -> list[str]:
+        """The config check of the arms' data (brorl.pipeline.config_errors): ``rl.data`` is the paper data's and
+        only its."""
+        if self.kind == "tasks":
+            return [] if rl.get("data") is None else [
+                "rl.data: the paper training data is for profile.data: paper; these arms train on the tiny "
+                "tasks [rule: rl.data with data: paper]"]
+        if rl.get("data") is None:
+            return ["rl.data: required without rl.prorl (profile.data: paper): the arms train on the paper data "
+                    "(brorl.data.training) [rule: rl.data with data: paper]"]
+        from brorl.data.training import TrainDataSettings
+
+        try:
+            TrainDataSettings.from_dict(rl["data"])
+        except (TypeError, ValueError) as err:
+            return [f"rl.data: {err} [rule: brorl.data.training.TrainDataSettings]"]
+        return []
+
     def reward(self, records: list[dict], tokenizer):
         """The TRL reward function over the stage's rows (``record_index``)."""
         if self.kind == "paper":
@@ -108,4 +126,18 @@ class Profile:
     def start_model(self, rl: dict) -> str:
         """The folder the arms start from."""
         return "resources/models/prorl" if self.trains_start else f"resources/models/{rl['start_model']}"
+
+    def config_errors(self, config: dict) -> list[str]:
+        """The config check (brorl.pipeline.config_errors): the sections this profile needs (``start``, ``data``)
+        and the pairs supported."""
+        errors = []
+        if (self.start, self.data) not in (("trained", "tasks"), ("fetched", "paper")):
+            errors.append(f"profile: start {self.start} with data {self.data} is not supported (the model trained "
+                          "here learns the tiny tasks; a fetched one trains on the paper data) [rule: supported profiles]")
+        if self.trains_start and "sft" not in config:
+            errors.append("sft: required by profile.start: trained: the ProRL stage trains from the SFT model on the "
+                          "tiny tasks [rule: ProRL stage needs sft]")
+        if self.data == "tasks" and "tasks" not in config:
+            errors.append("tasks: required by profile.data: tasks (the tiny task suite) [rule: the profile's sections]")
+        return errors
 

@@ -206,7 +206,7 @@ def with_picked_tasks(config: dict, picked_tasks: str | os.PathLike[str] | None)
     Reasoning Gym training tasks of ``config["data"]``; ``config`` as is without a table."""
     if not picked_tasks:
         return config
-    from brorl.evaluation.rg_difficulty import apply_picked, picked_tasks as read_picked
+    from brorl.data.reasoning_gym import apply_picked, picked_tasks as read_picked
 
     config = {**config, "data": apply_picked(config["data"], read_picked(picked_tasks), "reasoning_gym_tasks",
                                              "reasoning_gym_task_configs")}

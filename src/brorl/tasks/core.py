@@ -260,7 +260,7 @@ def verify(record: dict, completion) -> float:
     """1.0 if the completion (up to the end token) is exactly one of the record's correct answers.
 
     Strict (no whitespace stripping) so that the success event is exactly "answer + eos", the event
-    whose probability :func:`brorl.tasks.exact_answer_probability` computes. Never raises.
+    whose probability :func:`brorl.models.scoring.exact_answer_probability` computes. Never raises.
     """
     try:
         if isinstance(completion, bytes):

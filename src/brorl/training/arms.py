@@ -180,6 +180,36 @@ def plan_errors(rl: dict, prorl_stage: bool) -> list[str]:
     return list(dict.fromkeys(errors))
 
 
+def start_errors(config: dict, profile) -> list[str]:
+    """The config check (brorl.pipeline.config_errors) of where the arms start, as ``profile.start`` declares: the
+    ProRL stage trained here (``rl.prorl``, from the SFT model on the tiny tasks) or a fetched checkpoint named by
+    ``rl.start_model``."""
+    rl, errors = config["rl"], []
+    fetch = config.get("checkpoints", {}).get("fetch") or {}
+    start = rl.get("start_model")
+    if profile.trains_start:
+        if start is not None:
+            errors.append("rl.start_model: the arms start from the ProRL stage (profile.start: trained); set "
+                          "profile.start: fetched to start from a fetched checkpoint [rule: one start model]")
+        if rl.get("prorl") is None:
+            errors.append("rl.prorl: required by profile.start: trained (the ProRL stage the arms start from) "
+                          "[rule: one start model]")
+        if any(f"resources/models/{name}" == profile.start_model(rl) for name in fetch):
+            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output "
+                          "(profile.start: trained); fetch the hub checkpoint under another name [rule: one writer per folder]")
+    else:
+        if rl.get("prorl") is not None:
+            errors.append("rl.prorl: the ProRL stage runs only with profile.start: trained; the arms start from "
+                          "rl.start_model [rule: one start model]")
+        if start is None:
+            errors.append("rl.start_model: required without rl.prorl (profile.start: fetched): name the fetched checkpoint "
+                          "(checkpoints.fetch) the arms start from [rule: one start model]")
+        elif start not in fetch:
+            errors.append(f"rl.start_model: {start!r} is not a fetched checkpoint (checkpoints.fetch: "
+                          f"{', '.join(fetch) or 'none'}) [rule: start model is fetched]")
+    return errors
+
+
 # --------------------------------------------------------------------------------------- running an arm
 
 def _copy_folder(src: Path, dst: Path) -> None:
