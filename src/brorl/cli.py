@@ -186,7 +186,8 @@ COMMANDS = {  # in `brorl --help` order
         setup=lambda p: importlib.import_module("brorl.gpu_slots").add_arguments(p)),
     "train-summary": cmd(
         "results/train/summary.md over every arm and seed", "brorl.training.report:run_train_summary",
-        lambda a, f: f(a.results, a.md, a.csv, a.png, prorl_dir=a.prorl, rl=_config(a)), *req("--results", help="results/train"),
+        lambda a, f: f(a.results, a.md, a.csv, a.png, prorl_dir=a.prorl, rl=_config(a), source=_profile(a).data),
+        *req("--results", help="results/train"),
         opt("--prorl", default=None, help="results folder of the ProRL stage"), *req("--md", "--csv", "--png")),
     "evaluate": cmd(
         "one model on its benchmarks through lm-eval (cached by content hash)",
