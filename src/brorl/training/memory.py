@@ -280,7 +280,7 @@ def arm_plans(config: dict) -> list[ArmPlan]:
 
 
 def process_micro_batch(s, processes: int) -> int:
-    """Completions per forward/backward on one process (brorl.training.trainer.distribute_batch's rule)."""
+    """Completions per forward/backward on one process (RLSettings.batch_sizes's rule)."""
     local = s.samples_per_step // processes if processes > 1 and s.samples_per_step % processes == 0 \
         else s.samples_per_step
     mini = max(local // s.mini_batches, 1)

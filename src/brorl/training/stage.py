@@ -304,18 +304,19 @@ def _settings_key(s: RLSettings) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
-def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
-    """TRL's GRPOConfig for these settings (one RL step = ``mini_batches`` optimizer steps)."""
+def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int, processes: int | None = None):
+    """TRL's GRPOConfig for these settings (one RL step = ``mini_batches`` optimizer steps), its batch sizes
+    computed once for the ``processes`` that run it (:meth:`RLSettings.batch_sizes`; None: the processes of this
+    launch, accelerate's ``PartialState``)."""
+    from accelerate import PartialState
     from trl import GRPOConfig
 
     from brorl.training.trainer import learning_rate
 
-    mini = s.samples_per_step // s.mini_batches
-    micro = s.micro_batch
+    processes = PartialState(cpu=not torch.cuda.is_available()).num_processes if processes is None else processes
     return GRPOConfig(
         output_dir=str(output_dir), num_generations=s.n_rollouts, max_completion_length=max_completion_length,
-        per_device_train_batch_size=micro, gradient_accumulation_steps=mini // micro,
-        steps_per_generation=s.samples_per_step // micro, num_iterations=1,
+        **s.batch_sizes(processes), num_iterations=1,
         temperature=s.temperature, top_p=1.0, top_k=0,
         learning_rate=learning_rate(s), lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=s.weight_decay, adam_beta1=s.adam_betas[0], adam_beta2=s.adam_betas[1],
