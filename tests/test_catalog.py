@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from brorl.data import catalog
+from brorl.profile import Profile
 from brorl.tables import plan
 from brorl.tables.reference import load_reference
 
@@ -31,7 +32,7 @@ def test_the_name_lists_are_the_catalog_and_the_paper_tables_columns():
     assert catalog.BENCHMARK_NAMES == (*catalog.MATH_BENCHMARKS, "gpqa_diamond", "ifeval", "reasoning_gym")
     assert (plan.MATH, plan.CODE, plan.RG_CATEGORIES) == (
         catalog.MATH_BENCHMARKS, catalog.CODE_BENCHMARK_NAMES, catalog.RG_CATEGORIES)
-    assert plan.DEFAULT_BENCHMARKS["paper"] == list(catalog.BENCHMARK_NAMES)
+    assert plan.default_benchmarks(Profile(name="paper", start="fetched", data="paper")) == list(catalog.BENCHMARK_NAMES)
     ref = load_reference()
     for table, names in (("table3", catalog.MATH_BENCHMARKS), ("table4", catalog.CODE_BENCHMARK_NAMES),
                          ("table5", catalog.RG_CATEGORIES)):

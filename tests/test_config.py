@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from brorl.config import (PROJECT_ROOT, SCHEMA_PATH, ConfigError, load_config, merge_configs, read_config_file,
-                          validate_config)
+from brorl.config import PROJECT_ROOT, SCHEMA_PATH, ConfigError, merge_configs, read_config_file
+from brorl.pipeline import load_config, validate_config
 
 # Each profile as Snakemake loads it: a base file and its overlays, in --configfile order.
 PROFILES = ["config/config.yaml", "config/config.yaml config/strong.yaml", "config/paper.yaml",

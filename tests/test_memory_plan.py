@@ -11,10 +11,10 @@ import sys
 import pytest
 import yaml
 
-from brorl.config import PROJECT_ROOT, ConfigError, load_config, validate_config
+from brorl.config import PROJECT_ROOT, ConfigError
+from brorl.pipeline import load_config, run_memory_plan, validate_config
 from brorl.training.memory import (HEAD_FOLD_TEMPORARIES, Architecture, TrainSetting, arm_plans,
-                                   checkpointing_errors, layer_activation_bytes, memory_plan_errors,
-                                   run_memory_plan, training_terms)
+                                   checkpointing_errors, layer_activation_bytes, memory_plan_errors, training_terms)
 from brorl.training.settings import RLSettings
 
 PAPER = PROJECT_ROOT / "config" / "paper.yaml"

@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from brorl.config import PROJECT_ROOT, ConfigError, load_config, validate_config
-from brorl.evaluation.rg_difficulty import apply_picked, pick, picked_tasks, write_csv
+from brorl.config import PROJECT_ROOT, ConfigError
+from brorl.pipeline import load_config, validate_config
+from brorl.data.reasoning_gym import apply_picked, pick, picked_tasks
+from brorl.evaluation.rg_difficulty import write_csv
 
 
 def _rows(task, passes, k=8):

@@ -142,7 +142,7 @@ def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
                "max_completion_length": 12, "micro_batch_size": 8, "eta0": 1e-3, "b0": 8, "max_rounds": 2,
                "threads": 1, "generation_engine": "prefix_tree", "dynamic_sampling": True}]
     summary = arms.run_arm(folder, data, tmp_path / "work", stages, tmp_path / "model", tmp_path / "results",
-                           arm="n4", progress=False)
+                           arm="n4", progress=False, source="paper")
     assert summary["steps"] == 1 and summary["generated_samples"] == 16  # 2 rounds x 2 prompts x 4
     row = json.loads(json.dumps(__import__("csv").DictReader(open(tmp_path / "results" / "metrics.csv")).__next__()))
     assert float(row["generation_rounds"]) == 2 and float(row["reward_mean"]) == 0.0
@@ -150,7 +150,7 @@ def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
 
 
 def test_pick_keeps_tasks_in_the_band_with_signal():
-    from brorl.evaluation.rg_difficulty import pick
+    from brorl.data.reasoning_gym import pick
 
     def rows(task, passes, k=8):
         return [{"task": task, "k": k, "passes": p, "truncated": 1} for p in passes]
@@ -165,7 +165,8 @@ def test_pick_keeps_tasks_in_the_band_with_signal():
 def test_small_profile_config_is_valid_and_names_a_wrong_model(tmp_path):
     import yaml
 
-    from brorl.config import PROJECT_ROOT, ConfigError, validate_config
+    from brorl.config import PROJECT_ROOT, ConfigError
+    from brorl.pipeline import validate_config
 
     cfg = yaml.safe_load((PROJECT_ROOT / "config/small.yaml").read_text())
     validate_config(cfg)
@@ -260,7 +261,8 @@ def test_launched_cpu_arms_need_prompts_per_step_a_multiple_of_the_processes(tmp
     failed only when the arm's job started (SmolLM2's N=64 arm); now the config check names the key first."""
     import yaml
 
-    from brorl.config import ConfigError, load_config
+    from brorl.config import ConfigError
+    from brorl.pipeline import load_config
 
     root = Path(__file__).resolve().parents[1]
     cfg = load_config(root / "config/small.yaml")

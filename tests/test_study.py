@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from brorl.config import PROJECT_ROOT, load_config
+from brorl.config import PROJECT_ROOT
+from brorl.pipeline import load_config
 from brorl.study import heldout as H
 from brorl.study.plan import BASE, arm_jobs, arm_spec, reference_n, stage_for, study_plan
 from brorl.study.report import compare
@@ -193,7 +194,7 @@ def paper_study_cfg():
 
 
 def test_paper_study_plan_starts_from_the_fetched_checkpoint():
-    from brorl.config import validate_config
+    from brorl.pipeline import validate_config
     from brorl.profile import Profile
     from brorl.study.plan import heldout_settings, late_start_stage, pools, starts, study_errors
 

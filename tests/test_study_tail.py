@@ -6,7 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from brorl.config import PROJECT_ROOT, load_config
+from brorl.paths import PROJECT_ROOT
+from brorl.pipeline import load_config
 from brorl.study import heldout as H
 from brorl.study.plan import (BASE, REFILL, _axes, all_settings, arm_jobs, arm_spec, premise_stage, stage_for,
                               study_errors, study_plan)
@@ -67,7 +68,7 @@ def test_refill_is_a_study_key_and_a_setting_axis():
 
 
 def test_refill_is_validated_by_the_schema():
-    from brorl.config import validate_config
+    from brorl.pipeline import validate_config
 
     cfg = cfg_of(COMBOS["study"])
     cfg["study"]["refill"] = {"max_rounds": 0}

@@ -26,9 +26,11 @@ from brorl.tables import Plan, RunStore, build_figure, build_table, load_referen
 from brorl.tables.plan import MATH, RG_CATEGORIES  # noqa: E402
 from brorl.profile import Profile  # noqa: E402
 from brorl.tasks.families import FAMILIES  # noqa: E402
+from brorl.training.arms import BatchArm  # noqa: E402
 
 TINY_BENCH = ["tiny_add", "tiny_multiple"]
-TINY_PLAN = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=TINY_BENCH)
+TINY_ARMS = [BatchArm(f"n{n}", (n,)) for n in (16, 64, 512)]
+TINY_PLAN = Plan(profile="tiny", arms=TINY_ARMS, seeds=[0, 1], benchmarks=TINY_BENCH)
 # (arm, seed) -> hand-chosen final/ metrics of the train_arm run (n64 seed 1 is never trained: a gap)
 TRAIN = {
     ("n16", "0"): dict(steps=48, samples=24576, wall=720.0, speed=812.5, rate=0.40, v0=0.30, v1=0.31),
@@ -444,14 +446,15 @@ def test_plan_from_config_and_inferred(tiny):
 
     cfg = yaml.safe_load(open(Path(__file__).parents[1] / "config" / "config.yaml"))
     plan = Plan.from_config(cfg)
-    assert plan.arms == ["n16", "n64", "n256", "n512", "schedule"] and plan.seeds == ["0", "1"]
+    assert [a.name for a in plan.arms] == ["n16", "n64", "n256", "n512", "schedule"] and plan.seeds == ["0", "1"]
+    assert [a.n for a in plan.arms] == [16, 64, 256, 512, None] and plan.arms[-1].n_rollouts == (16, 64, 256, 512)
     # the declared benchmarks: the tiny profile's trained families that are evaluated (add, multiple today)
     assert plan.benchmarks == cfg["evaluation"]["benchmarks"] and set(TINY_BENCH) <= set(plan.benchmarks)
     assert plan.benchmarks == [f"tiny_{f}" for f in cfg["tasks"]["tasks"] if FAMILIES[f].evaluated]
-    assert plan.train_prorl and plan.base_arm == "n16"
+    assert plan.train_prorl and plan.base_arm.name == "n16"
     store = RunStore(tiny.uri, tiny.experiment, "tiny")
     inferred = Plan.infer(store, Profile.from_config(cfg))  # the declared profile, not guessed from the runs
-    assert inferred.arms == ["n16", "n64", "n512"] and inferred.seeds == ["0", "1"]
+    assert inferred.arms == TINY_ARMS and inferred.seeds == ["0", "1"]  # arms read back from the runs' stage N
     assert inferred.benchmarks == TINY_BENCH
     assert inferred.data == "tasks" and inferred.train_prorl
     table, _ = make_table("table1", store, inferred)
@@ -500,7 +503,7 @@ def test_tiny_columns_and_probes_derive_from_the_family_registry(tiny, tmp_path)
         # another single-answer family drawn beside add: probe_q_pos_mean averages both, so neither gets it
         assert "tiny_add" not in figures.TINY_PROBES and "tiny_zz" not in figures.TINY_PROBES
         assert figures.tiny_probe("tiny_zz", ["tiny_zz", "tiny_multiple"]) == "probe_q_pos_mean"
-        plan = Plan(profile="tiny", arms=["n16", "n64", "n512"], seeds=[0, 1], benchmarks=[*TINY_BENCH, "tiny_zz"])
+        plan = Plan(profile="tiny", arms=TINY_ARMS, seeds=[0, 1], benchmarks=[*TINY_BENCH, "tiny_zz"])
         _, rows, _, md = build(tiny, "table3", tmp_path, plan=plan)
         assert ours(rows, "BroRL n512")["tiny_zz"].startswith("— (missing")  # planned, no run: an explicit gap
         assert "tiny avg: over tiny_add, tiny_multiple and tiny_zz" in md

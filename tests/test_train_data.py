@@ -303,8 +303,8 @@ def test_trl_reward_decodes_and_zeroes_truncated_completions(prepared):
 
 @pytest.mark.slow
 def test_an_arm_trains_on_paper_data_with_the_paper_reward(prepared, tmp_path):
-    """run_arm on the paper data with the paper reward (CPU, a tiny model): make_reward dispatches paper records to
-    paper_data.make_paper_reward and the exact probes skip them."""
+    """run_arm on the paper data with the paper reward (CPU, a tiny model): the declared source (paper) gives
+    paper_data.make_paper_reward and no exact probes."""
     from brorl.models.toy import toy_model
     from brorl.training import arms
 
@@ -313,7 +313,7 @@ def test_an_arm_trains_on_paper_data_with_the_paper_reward(prepared, tmp_path):
                "max_completion_length": 8, "micro_batch_size": 8, "eta0": 1e-3, "b0": 8, "max_rounds": 2,
                "threads": 1}]
     summary = arms.run_arm(tmp_path / "sft", prepared["data"], tmp_path / "work", stages, tmp_path / "model",
-                           tmp_path / "results", arm="n4", progress=False)
+                           tmp_path / "results", arm="n4", progress=False, source="paper")
     assert summary["steps"] == 2 and summary["generated_samples"] >= 16
     assert (tmp_path / "model" / "config.json").exists() and (tmp_path / "results" / "metrics.csv").exists()
 

@@ -5,7 +5,8 @@ import copy
 import pytest
 import yaml
 
-from brorl.config import PROJECT_ROOT, ConfigError, validate_config
+from brorl.config import PROJECT_ROOT, ConfigError
+from brorl.pipeline import validate_config
 from brorl.training.arms import plan, prorl_settings, stage_config
 from brorl.training.settings import RLSettings
 

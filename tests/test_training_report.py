@@ -80,7 +80,7 @@ def test_no_exact_validation_reads_as_not_measured_never_as_worse(tmp_path):
             "wall_time_s": 500.0, "peak_rss_mb": 7500.0}))
         (d / "metrics.csv").write_text("arm_generated_samples,reward_mean,probe_q_pos_mean\n128,0.3,nan\n")
         np.savez(d / "probe.npz", q_start=np.zeros(0), q_end=np.zeros(0), ids=np.zeros(0))  # as train_arm writes it
-    training_summary(root, tmp_path / "s.md", tmp_path / "s.csv", tmp_path / "s.png", rl=rl)
+    training_summary(root, tmp_path / "s.md", tmp_path / "s.csv", tmp_path / "s.png", rl=rl, source="paper")
     md = (tmp_path / "s.md").read_text()
     assert "not measured by this profile's arms" in md
     assert "significantly" not in md and "ProRL stalls" not in md and "+nan" not in md

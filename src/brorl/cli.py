@@ -112,12 +112,12 @@ def _train_data(a, f):
 COMMANDS = {  # in `brorl --help` order
     "validate-config": cmd(
         "validate config files (a base and its overlays) against the schema",
-        "brorl.config:check_config_files", lambda a, f: f(a.files, each=a.each),
+        "brorl.pipeline:check_config_files", lambda a, f: f(a.files, each=a.each),
         opt("files", nargs="+", help="merged in order, as `snakemake --configfile FILE...` merges them"),
         opt("--each", action="store_true", help="check every file on its own instead"), run=None),
     "memory-plan": cmd(
         "per-GPU memory plan of every RL arm (rl.memory_plan; the config check refuses an arm that cannot fit)",
-        "brorl.training.memory:run_memory_plan", lambda a, f: f(a.configfile),
+        "brorl.pipeline:run_memory_plan", lambda a, f: f(a.configfile),
         opt("--configfile", nargs="+", required=True, help="a base and its overlays, merged as snakemake merges them"),
         run=None),
     "theory-simulate": cmd(
@@ -186,7 +186,8 @@ COMMANDS = {  # in `brorl --help` order
         setup=lambda p: importlib.import_module("brorl.gpu_slots").add_arguments(p)),
     "train-summary": cmd(
         "results/train/summary.md over every arm and seed", "brorl.training.report:run_train_summary",
-        lambda a, f: f(a.results, a.md, a.csv, a.png, prorl_dir=a.prorl, rl=_config(a)), *req("--results", help="results/train"),
+        lambda a, f: f(a.results, a.md, a.csv, a.png, prorl_dir=a.prorl, rl=_config(a), source=_profile(a).data),
+        *req("--results", help="results/train"),
         opt("--prorl", default=None, help="results folder of the ProRL stage"), *req("--md", "--csv", "--png")),
     "evaluate": cmd(
         "one model on its benchmarks through lm-eval (cached by content hash)",

@@ -6,6 +6,10 @@ config key (as a dotted path, e.g. ``theory.simulation.n_rollouts[0]``) and the 
 
 Constraints that JSON Schema cannot express (relations between keys) are checked in
 :func:`cross_field_errors`, and non-finite numbers (``.inf``, ``.nan``) anywhere in :func:`nonfinite_errors`.
+This module is the ground floor of the package (it imports none of it but :mod:`brorl.paths`): the checks that
+need other packages (arms, launch, task families, data settings, the study plan) live in those packages and reach
+:func:`validate_config` as ``checks``, gathered by :func:`brorl.pipeline.config_errors`; the pipeline's entry
+points (:mod:`brorl.pipeline`: ``load_config``, ``validate_workflow_config``, ``check_config_files``) pass them.
 
 Config files are read by :func:`read_config_file`, which keeps the line of every key, and merged in order by
 :func:`merge_configs` exactly as Snakemake merges ``--configfile A B`` (later files update earlier ones,
@@ -21,15 +25,18 @@ import json
 import math
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+from brorl.paths import PROJECT_ROOT, SCHEMA_PATH  # noqa: F401 -- PROJECT_ROOT: for the callers that read both
+
+
+Checks = Callable[[dict], list]
+"""More checks of a config the schema accepts: ``checks(config)`` -> error messages, each starting with its key."""
 
 
 class ConfigError(ValueError):
@@ -73,7 +80,8 @@ def schema_errors(config: dict, schema: dict) -> list[str]:
 
 
 def cross_field_errors(config: dict) -> list[str]:
-    """Relations between keys that the JSON schema cannot state."""
+    """Relations between keys of one section that the JSON schema cannot state (the theory stage's). The checks
+    of the other packages' sections live beside their code and are gathered by :func:`brorl.pipeline.config_errors`."""
     errors = []
     sim = config.get("theory", {}).get("simulation", {})
     if isinstance(sim.get("vocab_size"), int) and isinstance(sim.get("num_correct"), int):
@@ -98,145 +106,6 @@ def cross_field_errors(config: dict) -> list[str]:
         if isinstance(steps, int) and isinstance(s, int) and s > steps:
             errors.append(f"theory.summary_steps[{i}]: {s} is beyond theory.simulation.steps = {steps}"
                           f" [rule: summary step <= steps]")
-    errors += _family_errors(config)
-    from brorl.profile import Profile
-
-    profile = Profile.from_config(config)  # the schema has checked the block
-    errors += _profile_errors(config, profile)
-    if isinstance(config.get("rl"), dict):
-        from brorl.training.arms import plan_errors
-
-        errors += plan_errors(config["rl"], profile.trains_start)
-        errors += _rl_start_errors(config, profile)
-        errors += _launch_errors(config["rl"], profile)
-        if not errors:  # the memory plan builds every arm's RLSettings: only on a plan that is otherwise valid
-            from brorl.training.memory import memory_plan_errors
-
-            errors += memory_plan_errors(config)
-    if isinstance(config.get("study"), dict):
-        from brorl.study.plan import study_errors
-
-        errors += study_errors(config)
-    evaluation = config.get("evaluation")
-    if isinstance(evaluation, dict):
-        from brorl.evaluation.benchmarks import benchmark_names
-
-        known = benchmark_names()
-        for i, name in enumerate(evaluation.get("benchmarks") or []):
-            if name not in known:
-                errors.append(f"evaluation.benchmarks[{i}]: unknown benchmark {name!r} (registered: "
-                              f"{', '.join(known)}) [rule: brorl.evaluation.benchmarks]")
-        from brorl.evaluation.benchmarks import reads_tasks
-
-        tiny = [b for b in evaluation.get("benchmarks") or [] if b in known and reads_tasks(b)]
-        if tiny and profile.data != "tasks":
-            errors.append(f"evaluation.benchmarks: {', '.join(tiny)} read the tiny tasks' test splits, which only a "
-                          "profile with `data: tasks` makes [rule: tiny benchmarks need the tiny tasks]")
-        for i, name in enumerate(evaluation.get("models") or []):
-            if name not in (config.get("checkpoints", {}).get("fetch") or {}):
-                errors.append(f"evaluation.models[{i}]: {name!r} is not a fetched checkpoint "
-                              "(checkpoints.fetch) [rule: evaluated models exist]")
-    scan = config.get("rg_difficulty")
-    if isinstance(scan, dict) and scan.get("model") not in (config.get("checkpoints", {}).get("fetch") or {}):
-        errors.append(f"rg_difficulty.model: {scan.get('model')!r} is not a fetched checkpoint (checkpoints.fetch) "
-                      "[rule: measured model exists]")
-    if isinstance(scan, dict) and scan.get("pick"):
-        data = (config.get("rl") or {}).get("data") or {}
-        for where, section, key in (("rl.data", data, "reasoning_gym_tasks"),
-                                    ("evaluation.reasoning_gym", (evaluation or {}).get("reasoning_gym") or {}, "tasks")):
-            if section.get(key):
-                errors.append(f"{where}.{key}: given while rg_difficulty.pick is true, which picks the tasks; omit it "
-                              "[rule: the tasks are declared once]")
-        if "reasoning_gym" not in (data.get("sources") or []):
-            errors.append("rg_difficulty.pick: rl.data.sources has no reasoning_gym to train the picked tasks "
-                          "[rule: picked tasks are trained]")
-    return errors
-
-
-def _family_errors(config: dict) -> list[str]:
-    """Task family names (``tasks.tasks``, ``sft.select_tasks``) against the registry, brorl.tasks.FAMILIES."""
-    from brorl.tasks.families import FAMILIES
-
-    errors = []
-    for where, section, key in (("tasks", config.get("tasks"), "tasks"), ("sft", config.get("sft"), "select_tasks")):
-        names = section.get(key) if isinstance(section, dict) else None
-        for i, name in enumerate(names if isinstance(names, list) else []):
-            if name not in FAMILIES:
-                errors.append(f"{where}.{key}[{i}]: unknown task family {name!r} (registered: "
-                              f"{', '.join(FAMILIES)}) [rule: brorl.tasks.FAMILIES]")
-    return errors
-
-
-def _profile_errors(config: dict, profile) -> list[str]:
-    """The sections the declared profile needs (``profile.start``, ``profile.data``) and the pairs supported."""
-    errors = []
-    if (profile.start, profile.data) not in (("trained", "tasks"), ("fetched", "paper")):
-        errors.append(f"profile: start {profile.start} with data {profile.data} is not supported (the model trained "
-                      "here learns the tiny tasks; a fetched one trains on the paper data) [rule: supported profiles]")
-    if profile.trains_start and "sft" not in config:
-        errors.append("sft: required by profile.start: trained: the ProRL stage trains from the SFT model on the "
-                      "tiny tasks [rule: ProRL stage needs sft]")
-    if profile.data == "tasks" and "tasks" not in config:
-        errors.append("tasks: required by profile.data: tasks (the tiny task suite) [rule: the profile's sections]")
-    return errors
-
-
-def _launch_errors(rl: dict, profile) -> list[str]:
-    """Arms under `brorl launch` split each step's prompts across its processes: with the CPU accelerate config
-    (a fixed 2 processes; a GPU host's count is known only where it runs) every arm's prompts per step must be a
-    multiple of them, or the arm fails only once its job starts (found with SmolLM2, issue 19)."""
-    if profile.trains_start or (rl.get("launch") or {}).get("accelerate_config") != "cpu":
-        return []
-    from brorl.training.launch import processes_per_node
-
-    procs = processes_per_node(None, "cpu", {})
-    return [f"rl.arms.batches[{i}].prompts_per_step: {b.get('prompts_per_step')} is not a multiple of the {procs} "
-            f"processes of rl.launch.accelerate_config: cpu [rule: prompts split across processes]"
-            for i, b in enumerate((rl.get("arms") or {}).get("batches") or [])
-            if isinstance(b, dict) and isinstance(b.get("prompts_per_step"), int) and b["prompts_per_step"] % procs]
-
-
-def _rl_start_errors(config: dict, profile) -> list[str]:
-    """Where the arms start, as ``profile.start`` declares: the ProRL stage trained here (``rl.prorl``, from the SFT
-    model on the tiny tasks) or a fetched checkpoint named by ``rl.start_model``; and their data as
-    ``profile.data`` declares (``rl.data`` for the paper data)."""
-    rl, errors = config["rl"], []
-    fetch = config.get("checkpoints", {}).get("fetch") or {}
-    start = rl.get("start_model")
-    if profile.trains_start:
-        if start is not None:
-            errors.append("rl.start_model: the arms start from the ProRL stage (profile.start: trained); set "
-                          "profile.start: fetched to start from a fetched checkpoint [rule: one start model]")
-        if rl.get("prorl") is None:
-            errors.append("rl.prorl: required by profile.start: trained (the ProRL stage the arms start from) "
-                          "[rule: one start model]")
-        if any(f"resources/models/{name}" == profile.start_model(rl) for name in fetch):
-            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output "
-                          "(profile.start: trained); fetch the hub checkpoint under another name [rule: one writer per folder]")
-    else:
-        if rl.get("prorl") is not None:
-            errors.append("rl.prorl: the ProRL stage runs only with profile.start: trained; the arms start from "
-                          "rl.start_model [rule: one start model]")
-        if start is None:
-            errors.append("rl.start_model: required without rl.prorl (profile.start: fetched): name the fetched checkpoint "
-                          "(checkpoints.fetch) the arms start from [rule: one start model]")
-        elif start not in fetch:
-            errors.append(f"rl.start_model: {start!r} is not a fetched checkpoint (checkpoints.fetch: "
-                          f"{', '.join(fetch) or 'none'}) [rule: start model is fetched]")
-    if profile.data == "tasks" and rl.get("data") is not None:
-        errors.append("rl.data: the paper training data is for profile.data: paper; these arms train on the tiny "
-                      "tasks [rule: rl.data with data: paper]")
-    elif profile.data == "paper":
-        if rl.get("data") is None:
-            errors.append("rl.data: required without rl.prorl (profile.data: paper): the arms train on the paper data "
-                          "(brorl.data.training) [rule: rl.data with data: paper]")
-        else:
-            from brorl.data.training import TrainDataSettings
-
-            try:
-                TrainDataSettings.from_dict(rl["data"])
-            except (TypeError, ValueError) as err:
-                errors.append(f"rl.data: {err} [rule: brorl.data.training.TrainDataSettings]")
     return errors
 
 
@@ -371,10 +240,12 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
 
 
 def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,
-                    sources: list[ConfigFile] | None = None) -> dict:
+                    sources: list[ConfigFile] | None = None, checks: Checks | None = None) -> dict:
     """Raise :class:`ConfigError` naming every bad key; return the config unchanged when valid.
 
     With ``sources`` (the files the config was merged from), each error starts with the file and line of its key.
+    ``checks``: the other packages' checks of a config the schema accepts (the pipeline's:
+    :func:`brorl.pipeline.config_errors`; this module imports none of them).
     """
     schema = schema if isinstance(schema, dict) else load_schema(schema)
     if not isinstance(config, dict):
@@ -384,7 +255,7 @@ def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,
         errors.append("(top-level keys are missing: is this an overlay? Give its base first, as in "
                       "`--configfile config/config.yaml config/strong.yaml`)")
     if not errors:
-        errors = cross_field_errors(config)
+        errors = cross_field_errors(config) + (checks(config) if checks else [])
     if errors:
         if sources:
             errors = [f"{where}: {e}" if (where := _origin(e, sources)) else e for e in errors]
@@ -403,15 +274,15 @@ def read_config_files(paths) -> tuple[list[ConfigFile], list[str]]:
     return files, errors
 
 
-def load_config(*paths: str | Path, schema: str | Path | dict = SCHEMA_PATH) -> dict[str, Any]:
+def load_config(*paths: str | Path, schema: str | Path | dict = SCHEMA_PATH, checks: Checks | None = None) -> dict[str, Any]:
     """Read, merge (as ``snakemake --configfile PATH...``) and validate config files; errors name file and line."""
     files, errors = read_config_files(paths)
     if errors:
         raise ConfigError(errors)
-    return validate_config(merge_configs(f.data for f in files), schema, files)
+    return validate_config(merge_configs(f.data for f in files), schema, files, checks)
 
 
-def check_config_files(paths, each: bool = False) -> int:
+def check_config_files(paths, each: bool = False, checks: Checks | None = None) -> int:
     """``brorl validate-config``: check config files, by default together, merged in order as `snakemake
     --configfile FILE...` merges them (a base and its overlays); with ``each``, every file on its own. Every file
     is read even when an earlier one is bad; errors name the file and line; returns 1 if anything is bad."""
@@ -422,7 +293,7 @@ def check_config_files(paths, each: bool = False) -> int:
         files, errors = read_config_files(group)
         if not errors:
             try:
-                validate_config(merge_configs(f.data for f in files), sources=files)
+                validate_config(merge_configs(f.data for f in files), sources=files, checks=checks)
             except ConfigError as err:
                 errors += err.errors
         if errors:
@@ -434,7 +305,7 @@ def check_config_files(paths, each: bool = False) -> int:
 
 
 def validate_workflow_config(config: dict, configfiles, overrides: Mapping | None = None,
-                             schema: str | Path | dict = SCHEMA_PATH) -> dict:
+                             schema: str | Path | dict = SCHEMA_PATH, checks: Checks | None = None) -> dict:
     """The Snakefile's check of the config Snakemake built from ``configfiles`` (in order) and ``--config``
     ``overrides``: the files are read again with their lines, so each error names its file and line (or
     ``--config``), and as safe YAML: Snakemake's loader (PyYAML's FullLoader) accepts ``!!python/tuple`` and
@@ -446,7 +317,7 @@ def validate_workflow_config(config: dict, configfiles, overrides: Mapping | Non
         raise ConfigError(errors)
     cli = ConfigFile("--config", dict(overrides or {}))
     cli.lines = {path: None for path in _paths(cli.data)}
-    return validate_config(config, schema, [*files, cli])
+    return validate_config(config, schema, [*files, cli], checks)
 
 
 def _paths(value, path=()):

@@ -10,8 +10,9 @@ the code ask; nothing infers the profile from which keys exist, name prefixes, r
 The ``brorl`` commands get it as JSON (``--profile``, or ``BRORL_PROFILE`` that ``common.smk`` exports once);
 a bare name (``--profile ci``) is a profile with the defaults below.
 
-A data source kind (:data:`SOURCES`, chosen by ``data``) is the small protocol the stage runner and the study
-ask: where its files are, how a split is read, the reward of its records and how held-out p is measured.
+A data source kind (:class:`Source`, chosen by ``data``; :func:`sources`) is the small protocol the stage runner,
+the study, the reports and the config check ask: where its files are, how a split is read, the reward of its
+records, the completion length, the exact probes, how held-out p is measured, the default benchmarks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import Protocol
 
 STARTS = ("trained", "fetched")
 """``trained``: the tiny model, its SFT warm start and the ProRL stage are trained here (``sft``, ``rl.prorl``);
@@ -28,39 +29,44 @@ PINS = ("optional", "required")
 """``required``: every hub source must be pinned to a commit unless ``checkpoints.allow_unpinned``."""
 
 
-@dataclass(frozen=True)
-class Source:
-    """A data source kind: the tiny tasks generated here (``tasks``) or the external training data fetched and
-    converted by the train_data rule (``paper``: ``rl.data``'s sources)."""
+class Source(Protocol):
+    """A data source kind: what the stage runner, the study, the reports and the config check ask of the arms'
+    data. Its implementations live with the data they describe: :class:`brorl.tasks.source.TaskSource` (the tiny
+    tasks generated here) and :class:`brorl.data.training.PaperSource` (``rl.data``'s sources, fetched and converted
+    by the train_data rule); :func:`sources` lists them by kind."""
 
     kind: str
+    start: str
+    """The ``profile.start`` it pairs with (:data:`STARTS`)."""
     data_dir: str
     """Where its splits are: ``<data_dir>/<task or source>/{train,validation,test}.jsonl``."""
     exact_heldout: bool
-    """Held-out p exactly (every answer of a tiny task enumerable) or sampled and scored by the reward."""
+    """Held-out p exactly (every answer enumerable) or sampled and scored by the reward."""
 
-    def read_split(self, data_dir, split: str, tasks=None) -> list[dict]:
-        from brorl.tasks.core import read_split
-
-        return read_split(data_dir, split, tasks)
+    def read_split(self, data_dir, split: str, tasks=None) -> list[dict]: ...
 
     def reward(self, records: list[dict], tokenizer):
         """The TRL reward function over the stage's rows (``record_index``)."""
-        if self.kind == "paper":
-            from brorl.data.training import make_paper_reward
 
-            return make_paper_reward(records, tokenizer)
-        from brorl.tasks.core import verify
+    def generation_length(self, data_dir, families) -> int:
+        """Completion tokens when ``rl.recipe.max_completion_length`` is unset (or an error saying it is needed)."""
 
-        def verify_answer(prompts, completions, completion_ids, record_index, **kwargs):
-            texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=False)
-            return [verify(records[i], t) for i, t in zip(record_index, texts)]
+    def probe_records(self, validation: list[dict]) -> list[dict]:
+        """The validation records the stage's exact probes measure (none without exact probabilities)."""
 
-        return verify_answer
+    def default_benchmarks(self, tasks=None) -> list[str]:
+        """The benchmarks the tables expect when a config names none."""
+
+    def config_errors(self, rl: dict) -> list[str]:
+        """The config check of the arms' data (``rl``), for brorl.pipeline.config_errors."""
 
 
-SOURCES = {"tasks": Source("tasks", "results/data", exact_heldout=True),
-           "paper": Source("paper", "results/data/rl", exact_heldout=False)}
+def sources() -> dict[str, Source]:
+    """Every data source kind by its ``profile.data`` name (imported when asked: `brorl --help` stays light)."""
+    from brorl.data.training import PaperSource
+    from brorl.tasks.source import TaskSource
+
+    return {s.kind: s for s in (TaskSource(), PaperSource())}
 
 
 @dataclass(frozen=True)
@@ -72,7 +78,7 @@ class Profile:
     pins: str = "optional"
 
     def __post_init__(self):
-        for key, value, allowed in (("start", self.start, STARTS), ("data", self.data, tuple(SOURCES)),
+        for key, value, allowed in (("start", self.start, STARTS), ("data", self.data, tuple(sources())),
                                     ("pins", self.pins, PINS)):
             if value not in allowed:
                 raise ValueError(f"profile.{key}: {value!r} is not one of {', '.join(allowed)}")
@@ -103,9 +109,23 @@ class Profile:
 
     @property
     def source(self) -> Source:
-        return SOURCES[self.data]
+        return sources()[self.data]
 
     def start_model(self, rl: dict) -> str:
         """The folder the arms start from."""
         return "resources/models/prorl" if self.trains_start else f"resources/models/{rl['start_model']}"
+
+    def config_errors(self, config: dict) -> list[str]:
+        """The config check (brorl.pipeline.config_errors): the sections this profile needs (``start``, ``data``)
+        and the pairs supported."""
+        errors = []
+        if self.start != self.source.start:
+            errors.append(f"profile: start {self.start} with data {self.data} is not supported (the model trained "
+                          "here learns the tiny tasks; a fetched one trains on the paper data) [rule: supported profiles]")
+        if self.trains_start and "sft" not in config:
+            errors.append("sft: required by profile.start: trained: the ProRL stage trains from the SFT model on the "
+                          "tiny tasks [rule: ProRL stage needs sft]")
+        if self.data == "tasks" and "tasks" not in config:
+            errors.append("tasks: required by profile.data: tasks (the tiny task suite) [rule: the profile's sections]")
+        return errors
 

@@ -6,10 +6,11 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from brorl.config import ConfigError, validate_workflow_config
+from brorl.config import ConfigError
 from brorl.data.benchmarks import check_gated_access
 from brorl.data.catalog import benchmark_spec
 from brorl.data.hub import FetchError, pin_hint, unpinned
+from brorl.pipeline import validate_workflow_config
 from brorl.profile import Profile
 
 # The files Snakemake merged (the default or the --configfile ones, in order) and --config: errors name file:line.

@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from brorl.data import hub, jsonl
-from brorl.data.catalog import RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
+from brorl.data.catalog import PROMPT_SEPARATOR, RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
 from brorl.data.hub import ChecksumError, FetchError, Problem
 from brorl.data.reasoning_gym import (RG_INSTRUCTION, RG_SAMPLES_PER_TASK, RG_SEED, generate_reasoning_gym,
                                       missing_rg_categories, reasoning_gym_tasks, reasoning_gym_version)
@@ -91,7 +91,6 @@ FORMAT = "brorl.paper_benchmark/1"
 CONVERTER_VERSION = 1
 """Bump when a converter's output changes: the cached JSONL files are then rebuilt (status ``replaced``)."""
 
-PROMPT_SEPARATOR = "\n\n"
 MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 """DeepSeek-R1's recommended maths directive (DeepSeek-R1 README, usage recommendations) [our choice for
 BroRL, whose papers state no evaluation prompt]."""
@@ -696,7 +695,7 @@ def run_prepare_benchmark(config: Mapping, name: str, dest_jsonl: str | os.PathL
                          pins_required=pins_required)
     rg = (config.get("reasoning_gym") or {}) if spec.generated else {}  # evaluation.reasoning_gym (small profile)
     if spec.generated and picked_tasks:  # rg_difficulty.pick: evaluate on the tasks the rule picked
-        from brorl.evaluation.rg_difficulty import apply_picked, picked_tasks as read_picked
+        from brorl.data.reasoning_gym import apply_picked, picked_tasks as read_picked
 
         rg = apply_picked(rg, read_picked(picked_tasks), "tasks", "task_configs")
         print(f"[prepare-benchmark] tasks picked by {picked_tasks}: {', '.join(rg['tasks'])}", flush=True)

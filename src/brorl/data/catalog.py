@@ -35,6 +35,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
+PROMPT_SEPARATOR = "\n\n"
+"""Between a benchmark's problem and its instruction in every converted prompt (:mod:`brorl.data.benchmarks`,
+:mod:`brorl.data.reasoning_gym`)."""
+
 #: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root. ``commit``: the
 #: pinned commit, which is what is fetched (issue 17: commits seen in public references); the branch is a label:
 #: NVIDIA moved ``main`` once already (v1 -> v2), so a moved branch is a warning, and the pinned commit is still

@@ -16,7 +16,7 @@ import json
 import math
 import os
 
-__all__ = ["RecordError", "read_rows", "read_records", "check_answer", "bad_answer", "refuse_non_finite"]
+__all__ = ["RecordError", "read_rows", "read_records", "read_split", "check_answer", "bad_answer", "refuse_non_finite"]
 
 
 class RecordError(ValueError):
@@ -70,6 +70,17 @@ def read_records(path: str | os.PathLike[str]) -> list[dict]:
         check_answer(row, f"{path}:{lineno}")
         rows.append(row)
     return rows
+
+
+def read_split(data_dir: str | os.PathLike[str], split: str, names=None) -> list[dict]:
+    """Every record of ``<data_dir>/<name>/<split>.jsonl`` (:func:`read_records`), names in the given order (default:
+    every folder with the split): a tiny-task or a training-source folder alike."""
+    from pathlib import Path
+
+    data_dir = Path(data_dir)
+    if names is None:
+        names = sorted(p.name for p in data_dir.iterdir() if (p / f"{split}.jsonl").exists())
+    return [r for name in names for r in read_records(data_dir / name / f"{split}.jsonl")]
 
 
 def _numbered_rows(path: str | os.PathLike[str], non_finite: bool):

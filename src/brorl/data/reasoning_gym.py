@@ -20,11 +20,16 @@ and the global ``random`` / numpy RNGs seeded per task: five tasks (isomorphic_s
 polynomial_multiplication, ransom_note, word_ladder) iterate over sets of strings, so their items change with
 the hash seed, and two (list_functions, codeio) draw from the global RNGs; without both measures a rerun does
 not reproduce the file.
+
+The start model's pass rates per task (``brorl rg-difficulty``, :mod:`brorl.evaluation.rg_difficulty`) pick the
+tasks in BroRL's band: :func:`pick`, the picked tasks table (:func:`picked_tasks`) and the config sections they
+rewrite (:func:`apply_picked`, for ``rl.data`` and ``evaluation.reasoning_gym``) live here with the generator.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import decimal
 import fractions
 import hashlib
@@ -40,7 +45,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from brorl import rewards
-from brorl.data.catalog import RG_CATEGORIES
+from brorl.data.catalog import PROMPT_SEPARATOR, RG_CATEGORIES
 
 RG_INSTRUCTION = (
     "Given a problem, your task is to answer the question by thinking step-by-step in a clear and specific "
@@ -55,6 +60,48 @@ RG_SAMPLES_PER_TASK = 100
 RG_SEED = 1_000_000_000
 """Item i of every task is generated from seed ``RG_SEED + i`` (reasoning-gym's per-item seeding); training
 generators must stay clear of [RG_SEED, RG_SEED + samples_per_task)."""
+
+
+BAND = (1 / 64, 1 / 2)
+"""The pass-rate band whose tasks ``rg_difficulty.pick`` keeps (BroRL's: neither solved nor hopeless)."""
+
+
+def pick(rows: Sequence[dict], low: float = BAND[0], high: float = BAND[1]) -> list[dict]:
+    """Per task: mean pass rate, share of prompts strictly between 0 and 1, in band or not."""
+    out = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        mine = [r for r in rows if r["task"] == task]
+        rates = [r["passes"] / r["k"] for r in mine]
+        mean = sum(rates) / len(rates)
+        mixed = sum(0 < x < 1 for x in rates) / len(rates)
+        out.append({"task": task, "prompts": len(mine), "mean_pass_rate": round(mean, 4),
+                    "mixed_share": round(mixed, 3),
+                    "truncated_share": round(sum(r["truncated"] for r in mine) / sum(r["k"] for r in mine), 3),
+                    "picked": low <= mean <= high and mixed > 0})
+    return out
+
+
+def picked_tasks(path: str | Path) -> list[str]:
+    """The tasks the rule picked (``picked`` true in its tasks table), in the table's order; none picked is an error
+    naming the table, so no arm trains on tasks outside the band."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    tasks = [r["task"] for r in rows if r.get("picked") == "True"]
+    if not tasks:
+        measured = ", ".join(f"{r['task']} {float(r['mean_pass_rate']):.3f}" for r in rows) or "no rows"
+        raise ValueError(f"{path}: no task in BroRL's band (rg_difficulty.band) was picked ({measured}); change "
+                         "rg_difficulty.tasks or task_configs")
+    return tasks
+
+
+def apply_picked(section: dict, tasks: Sequence[str], tasks_key: str, configs_key: str) -> dict:
+    """A copy of a config section (rl.data or evaluation.reasoning_gym) whose Reasoning Gym task list is the picked
+    ``tasks`` and whose task configs are those of the picked tasks only."""
+    out = dict(section)
+    out[tasks_key] = list(tasks)
+    if out.get(configs_key):
+        out[configs_key] = {t: c for t, c in out[configs_key].items() if t in tasks}
+    return out
 
 
 def reasoning_gym_version() -> str | None:
@@ -106,8 +153,6 @@ def _seed_numpy(seed: int, task: str) -> None:
 def _generate_rg(params: Mapping) -> tuple[list[dict], dict]:
     """Generate the records (run in the child process, see :func:`generate_reasoning_gym`)."""
     import reasoning_gym
-
-    from brorl.data.benchmarks import PROMPT_SEPARATOR  # the child imports the converters anyway
 
     version = reasoning_gym_version()
     seed, n = int(params["seed"]), int(params["samples_per_task"])

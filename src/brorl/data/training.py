@@ -206,7 +206,7 @@ def with_picked_tasks(config: dict, picked_tasks: str | os.PathLike[str] | None)
     Reasoning Gym training tasks of ``config["data"]``; ``config`` as is without a table."""
     if not picked_tasks:
         return config
-    from brorl.evaluation.rg_difficulty import apply_picked, picked_tasks as read_picked
+    from brorl.data.reasoning_gym import apply_picked, picked_tasks as read_picked
 
     config = {**config, "data": apply_picked(config["data"], read_picked(picked_tasks), "reasoning_gym_tasks",
                                              "reasoning_gym_task_configs")}
@@ -307,6 +307,51 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
     return paper_reward
 
 
+class PaperSource:
+    """The paper training data as a data source kind (``profile.data: paper``; :class:`brorl.profile.Source`):
+    ``<data_dir>/<source>/{train,validation}.jsonl`` written by the train_data rule (:func:`write_train_data`), each
+    record scored by its source's reward kind. No exact probabilities: held-out p is sampled and scored."""
+
+    kind = "paper"
+    start = "fetched"
+    """The start it pairs with: a fetched checkpoint trains on the paper data."""
+    data_dir = "results/data/rl"
+    exact_heldout = False
+
+    def read_split(self, data_dir, split: str, tasks=None) -> list[dict]:
+        from brorl.data.jsonl import read_split
+
+        return read_split(data_dir, split, tasks)
+
+    def generation_length(self, data_dir, families) -> int:
+        raise ValueError("rl.recipe.max_completion_length: required for the paper data (profile.data: paper): its "
+                         "answers have no enumerable length [rule: completion length declared]")
+
+    def probe_records(self, validation: list[dict]) -> list[dict]:
+        """No exact probes (the answers are not enumerable)."""
+        return []
+
+    def reward(self, records: list[dict], tokenizer):
+        return make_paper_reward(records, tokenizer)
+
+    def default_benchmarks(self, tasks=None) -> list[str]:
+        """The benchmarks of a config that names none: the catalog's paper evaluation set."""
+        from brorl.data.catalog import BENCHMARK_NAMES
+
+        return list(BENCHMARK_NAMES)
+
+    def config_errors(self, rl: dict) -> list[str]:
+        """The config check of the arms' data (brorl.pipeline.config_errors): ``rl.data`` given and valid."""
+        if rl.get("data") is None:
+            return ["rl.data: required without rl.prorl (profile.data: paper): the arms train on the paper data "
+                    "(brorl.data.training) [rule: rl.data with data: paper]"]
+        try:
+            TrainDataSettings.from_dict(rl["data"])
+        except (TypeError, ValueError) as err:
+            return [f"rl.data: {err} [rule: brorl.data.training.TrainDataSettings]"]
+        return []
+
+
 __all__ = ["TrainDataSettings", "prepare_train_data", "run_train_data", "with_picked_tasks", "paper_rewards",
            "make_paper_reward", "hub_revisions", "is_paper_record", "split_records",
-           "training_record", "MARKER"]
+           "training_record", "MARKER", "PaperSource"]

@@ -110,6 +110,28 @@ def reads_tasks(name: str) -> bool:
     return get_benchmark(name).source == "tasks"
 
 
+def config_errors(config: dict, profile) -> list[str]:
+    """The config check (brorl.pipeline.config_errors) of ``evaluation``: registered benchmarks, tiny benchmarks only
+    where the profile makes the tiny tasks, evaluated models that are fetched checkpoints."""
+    evaluation, errors = config.get("evaluation"), []
+    if not isinstance(evaluation, dict):
+        return errors
+    known = benchmark_names()
+    for i, name in enumerate(evaluation.get("benchmarks") or []):
+        if name not in known:
+            errors.append(f"evaluation.benchmarks[{i}]: unknown benchmark {name!r} (registered: "
+                          f"{', '.join(known)}) [rule: brorl.evaluation.benchmarks]")
+    tiny = [b for b in evaluation.get("benchmarks") or [] if b in known and reads_tasks(b)]
+    if tiny and profile.data != "tasks":
+        errors.append(f"evaluation.benchmarks: {', '.join(tiny)} read the tiny tasks' test splits, which only a "
+                      "profile with `data: tasks` makes [rule: tiny benchmarks need the tiny tasks]")
+    for i, name in enumerate(evaluation.get("models") or []):
+        if name not in (config.get("checkpoints", {}).get("fetch") or {}):
+            errors.append(f"evaluation.models[{i}]: {name!r} is not a fetched checkpoint "
+                          "(checkpoints.fetch) [rule: evaluated models exist]")
+    return errors
+
+
 # ------------------------------------------------------------------------------------------------ tiny profile
 
 def _tiny_benchmark(family: str) -> Benchmark:

@@ -9,7 +9,7 @@ problem are sampled with the training engine and temperature, and each is scored
 completion cut off at ``max_new_tokens`` scores 0). A completion *passes* when it scores 1 (some verifiers
 give partial credit, e.g. ``basic_arithmetic`` to a near number).
 
-:func:`pick` keeps a task when its mean pass rate lies in ``[low, high]`` (BroRL's band: prompts that are
+:func:`brorl.data.reasoning_gym.pick` keeps a task when its mean pass rate lies in ``[low, high]`` (BroRL's band: prompts that are
 neither solved nor hopeless, between ~1/64 and ~1/2) and it has at least one prompt with 0 < passes < k (so
 GRPO-style groups carry signal at the training N).
 """
@@ -21,9 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 from brorl.atomic import atomic_open
-
-BAND = (1 / 64, 1 / 2)
-
+from brorl.data.reasoning_gym import pick
 
 def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int, max_new_tokens: int,
             temperature: float = 1.0, seed: int = 0, rg_seed: int = 777, engine: str = "prefix_tree",
@@ -61,42 +59,27 @@ def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int
     return rows
 
 
-def pick(rows: Sequence[dict], low: float = BAND[0], high: float = BAND[1]) -> list[dict]:
-    """Per task: mean pass rate, share of prompts strictly between 0 and 1, in band or not."""
-    out = []
-    for task in dict.fromkeys(r["task"] for r in rows):
-        mine = [r for r in rows if r["task"] == task]
-        rates = [r["passes"] / r["k"] for r in mine]
-        mean = sum(rates) / len(rates)
-        mixed = sum(0 < x < 1 for x in rates) / len(rates)
-        out.append({"task": task, "prompts": len(mine), "mean_pass_rate": round(mean, 4),
-                    "mixed_share": round(mixed, 3),
-                    "truncated_share": round(sum(r["truncated"] for r in mine) / sum(r["k"] for r in mine), 3),
-                    "picked": low <= mean <= high and mixed > 0})
-    return out
-
-
-def picked_tasks(path: str | Path) -> list[str]:
-    """The tasks the rule picked (``picked`` true in its tasks table), in the table's order; none picked is an error
-    naming the table, so no arm trains on tasks outside the band."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    tasks = [r["task"] for r in rows if r.get("picked") == "True"]
-    if not tasks:
-        measured = ", ".join(f"{r['task']} {float(r['mean_pass_rate']):.3f}" for r in rows) or "no rows"
-        raise ValueError(f"{path}: no task in BroRL's band (rg_difficulty.band) was picked ({measured}); change "
-                         "rg_difficulty.tasks or task_configs")
-    return tasks
-
-
-def apply_picked(section: dict, tasks: Sequence[str], tasks_key: str, configs_key: str) -> dict:
-    """A copy of a config section (rl.data or evaluation.reasoning_gym) whose Reasoning Gym task list is the picked
-    ``tasks`` and whose task configs are those of the picked tasks only."""
-    out = dict(section)
-    out[tasks_key] = list(tasks)
-    if out.get(configs_key):
-        out[configs_key] = {t: c for t, c in out[configs_key].items() if t in tasks}
-    return out
+def config_errors(config: dict) -> list[str]:
+    """The config check (brorl.pipeline.config_errors) of ``rg_difficulty``: the measured model is fetched; picked
+    tasks are declared once (nowhere else) and trained."""
+    scan, errors = config.get("rg_difficulty"), []
+    if not isinstance(scan, dict):
+        return errors
+    if scan.get("model") not in (config.get("checkpoints", {}).get("fetch") or {}):
+        errors.append(f"rg_difficulty.model: {scan.get('model')!r} is not a fetched checkpoint (checkpoints.fetch) "
+                      "[rule: measured model exists]")
+    if scan.get("pick"):
+        data = (config.get("rl") or {}).get("data") or {}
+        evaluation = config.get("evaluation")
+        for where, section, key in (("rl.data", data, "reasoning_gym_tasks"),
+                                    ("evaluation.reasoning_gym", (evaluation or {}).get("reasoning_gym") or {}, "tasks")):
+            if section.get(key):
+                errors.append(f"{where}.{key}: given while rg_difficulty.pick is true, which picks the tasks; omit it "
+                              "[rule: the tasks are declared once]")
+        if "reasoning_gym" not in (data.get("sources") or []):
+            errors.append("rg_difficulty.pick: rl.data.sources has no reasoning_gym to train the picked tasks "
+                          "[rule: picked tasks are trained]")
+    return errors
 
 
 def write_csv(path: str | Path, rows: Sequence[dict]) -> None:

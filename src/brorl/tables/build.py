@@ -15,7 +15,6 @@ import math
 from dataclasses import dataclass
 
 from brorl.tables.plan import CODE, MATH, REASONING_GYM, RG_CATEGORIES, Plan, tiny_benchmarks
-from brorl.training.arms import arm_of
 from brorl.tables.reference import load_reference
 from brorl.tables.render import (Cell, Row, Table, fmt_fixed, fmt_hours, fmt_int, fmt_sci, gap, join_gaps,
                                  over_seeds, text)
@@ -63,10 +62,9 @@ class Builder:
                  if start == "prorl" else f"Baseline (start model {start}, fetched)")
         out = [Subject("prorl", start, label, [start], ["-"])]
         base = p.base_arm
-        for arm in p.arms:
-            a = arm_of(arm)  # a batch arm: ProRL (the smallest N) or BroRL at its N; another kind: its kind
-            out.append(Subject("arm", arm, a.kind if a.n is None else f"{'ProRL' if arm == base else 'BroRL'} {arm}",
-                               [model_name(arm, s) for s in p.seeds], list(p.seeds)))
+        for arm in p.arms:  # a batch arm: ProRL (the smallest N) or BroRL at its N; another kind: its own label
+            out.append(Subject("arm", arm.name, arm.label(smallest=arm is base),
+                               [model_name(arm.name, s) for s in p.seeds], list(p.seeds)))
         if not trained_only:
             for m in p.extra_models:
                 label = "BroRL released checkpoint" if m == "brorl-released" else m
@@ -345,15 +343,14 @@ class Builder:
         from scipy import stats
 
         subs = {s.key: s for s in self.subjects(trained_only=True) if s.kind == "arm"}
-        base = self.plan.base_arm
+        base_arm = self.plan.base_arm
+        base = base_arm.name if base_arm is not None else None
         result = {"base": base, "comparisons": [], "best": None}
         if base is None:
             result["gap"] = "missing: no N arm in the plan"
             return result
         b_inst, b_runs, b_gaps = self.arm_instances(subs[base])
-        for arm in self.plan.arms:
-            if arm_of(arm).n is None or arm == base:
-                continue
+        for arm in (a.name for a in self.plan.arms if a.n is not None and a is not base_arm):
             a_inst, a_runs, a_gaps = self.arm_instances(subs[arm])
             comp = {"arm": arm, "base": base, "runs": tuple(a_runs + b_runs), "seeds": len(subs[arm].seeds)}
             if a_gaps or b_gaps:

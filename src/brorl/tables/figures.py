@@ -96,7 +96,7 @@ class FigureBuilder:
         """One colour per model across figures: the ProRL checkpoint black, arms C0, C1, ... in plan order."""
         if s.kind == "prorl":
             return "k"
-        keys = [*self.plan.arms, *self.plan.extra_models]
+        keys = [*(a.name for a in self.plan.arms), *self.plan.extra_models]
         return f"C{keys.index(s.key) % 10}" if s.key in keys else "C9"
 
     def arms(self) -> list[Subject]:

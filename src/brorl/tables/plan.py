@@ -11,25 +11,18 @@ The tiny columns (:func:`tiny_benchmarks`, also the module attribute ``TINY``) a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from brorl.data.catalog import BENCHMARK_NAMES, RG_CATEGORIES  # noqa: F401 -- RG_CATEGORIES: Table 5's columns
 from brorl.data.catalog import CODE_BENCHMARK_NAMES as CODE
 from brorl.data.catalog import MATH_BENCHMARKS as MATH
-from brorl.tasks.families import FAMILIES, benchmark_name, tiny_benchmarks
-from brorl.training.arms import ARM_NAME, arm_of, arm_plan
+from brorl.tasks.families import tiny_benchmarks
+from brorl.tables.store import model_name
+from brorl.training.arms import Arm, arm_from_stages, arm_plan
 
 REASONING_GYM = "reasoning_gym"
 OTHER = tuple(b for b in BENCHMARK_NAMES if b not in MATH and b != REASONING_GYM)  # gpqa_diamond, ifeval
 
-DEFAULT_BENCHMARKS = {
-    # No code evaluation exists yet: the paper plan leaves the code benchmarks out (Table 4 says so).
-    "paper": [*MATH, *OTHER, REASONING_GYM],
-    "small": [REASONING_GYM],
-}
-"""The benchmarks of a profile whose config names none (``evaluation`` absent); a ``data: tasks`` profile's are
-its trained families' (:func:`default_benchmarks`)."""
 
 
 def __getattr__(name: str):
@@ -39,22 +32,15 @@ def __getattr__(name: str):
 
 
 def default_benchmarks(profile, tasks=None) -> list[str]:
-    """The benchmarks a profile evaluates when its config names none: a ``data: tasks`` profile's trained families
-    that are evaluated (``tasks``: the config's ``tasks.tasks``; None: every evaluated family), else
-    :data:`DEFAULT_BENCHMARKS` by profile name (a tiny default for an unknown name, as before)."""
-    if profile.data == "tasks":
-        if tasks is None:
-            return list(tiny_benchmarks())
-        return [benchmark_name(f) for f in tasks if f in FAMILIES and FAMILIES[f].evaluated]
-    return list(DEFAULT_BENCHMARKS.get(profile.name, tiny_benchmarks()))
-
-_ARM_MODEL = re.compile(rf"({ARM_NAME})-seed(\d+)")
+    """The benchmarks a profile evaluates when its config names none: its data source's
+    (:meth:`brorl.profile.Source.default_benchmarks`; ``tasks``: the config's ``tasks.tasks``)."""
+    return profile.source.default_benchmarks(tasks)
 
 
 @dataclass
 class Plan:
     profile: str
-    arms: list[str] = field(default_factory=list)       # arm names (brorl.training.arms): n16, ..., schedule
+    arms: list[Arm] = field(default_factory=list)       # brorl.training.arms objects: BatchArm n16, ..., ScheduleArm
     seeds: list[str] = field(default_factory=list)      # "0", "1"
     benchmarks: list[str] = field(default_factory=list)
     extra_models: list[str] = field(default_factory=list)  # evaluated checkpoints not trained here
@@ -63,15 +49,18 @@ class Plan:
     start_model: str = "prorl"                           # the arms' start: the ProRL stage or rl.start_model
 
     def __post_init__(self):
-        self.arms = sorted(dict.fromkeys(self.arms), key=lambda a: arm_of(a).order)
+        self.arms = sorted({a.name: a for a in self.arms}.values(), key=lambda a: a.order)
         self.seeds = sorted(dict.fromkeys(str(s) for s in self.seeds), key=int)
         self.benchmarks = list(dict.fromkeys(self.benchmarks))
 
     @property
-    def base_arm(self) -> str | None:
+    def base_arm(self) -> Arm | None:
         """The smallest-N arm: the ProRL continuation (n16) every larger N is compared with."""
-        ns = [a for a in self.arms if arm_of(a).n is not None]
+        ns = [a for a in self.arms if a.n is not None]
         return ns[0] if ns else None
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
 
     def has(self, benchmarks) -> list[str]:
         return [b for b in benchmarks if b in self.benchmarks]
@@ -85,12 +74,13 @@ class Plan:
         profile = declared.name
         rl = config.get("rl") or {}
         arms_cfg = rl.get("arms") or {}
-        arms = list(arm_plan(rl))
+        arms = list(arm_plan(rl).values())
         start = "prorl" if declared.trains_start else rl.get("start_model") or "prorl"
         ev = config.get("evaluation") or {}
         benchmarks = ev.get("benchmarks") or default_benchmarks(declared, (config.get("tasks") or {}).get("tasks"))
+        trained = {model_name(a.name, s) for a in arms for s in arms_cfg.get("seeds", [])}
         if ev.get("models") is not None:
-            extra = [m for m in ev["models"] if m != start and not _ARM_MODEL.fullmatch(m)]
+            extra = [m for m in ev["models"] if m != start and m not in trained]
         else:
             extra = [m for m in ((config.get("checkpoints") or {}).get("fetch") or {}) if m != start]
         return cls(profile=profile, arms=arms, seeds=arms_cfg.get("seeds", []), benchmarks=list(benchmarks),
@@ -100,7 +90,10 @@ class Plan:
     def infer(cls, store, profile=None) -> "Plan":
         """Without a config: the declared profile (``profile``, a :class:`brorl.profile.Profile`; None: the one in
         ``BRORL_PROFILE``, as every ``brorl`` command gets it) and every arm, seed, benchmark and model seen in the
-        store's runs (any status). Nothing about the profile is guessed from the runs."""
+        store's runs (any status). Nothing about the profile is guessed from the runs; an arm is read back from
+        its training runs' per-stage N (``stage<k>.n_rollouts`` params, :func:`brorl.training.arms.arm_from_stages`),
+        never from its name, and an evaluated model is an arm's when it is ``<arm>-seed<s>`` of a trained arm and
+        seed."""
         from brorl.profile import Profile
         from brorl.tables.store import RULE_ARM, RULE_EVAL
 
@@ -108,24 +101,24 @@ class Plan:
         if declared.name != store.profile:
             raise ValueError(f"the declared profile {declared.name!r} is not the store's {store.profile!r}")
         recs = [*store.finished.values(), *store.other.values()]
-        arms, seeds, benchmarks, extra = [], [], [], []
+        arms, seeds, benchmarks, extra = {}, [], [], []
         for r in recs:
             if r.rule == RULE_ARM and "arm" in r.wildcards:
-                arms.append(r.wildcards["arm"])
+                ns = [r.params[f"stage{k}.n_rollouts"] for k in range(len(r.params))
+                      if f"stage{k}.n_rollouts" in r.params]
+                arms.setdefault(r.wildcards["arm"], arm_from_stages(r.wildcards["arm"], ns))
                 if "seed" in r.wildcards:
                     seeds.append(r.wildcards["seed"])
-            elif r.rule == RULE_EVAL:
+        trained = {model_name(a, s) for a in arms for s in seeds}
+        for r in recs:
+            if r.rule == RULE_EVAL:
                 if "benchmark" in r.wildcards:
                     benchmarks.append(r.wildcards["benchmark"])
-                m = _ARM_MODEL.fullmatch(r.wildcards.get("model", ""))
-                if m:
-                    arms.append(m.group(1))
-                    seeds.append(m.group(2))
-                elif r.wildcards.get("model") not in (None, "prorl"):
+                if r.wildcards.get("model") not in (None, "prorl", *trained):
                     extra.append(r.wildcards["model"])
         if not benchmarks:
             benchmarks = default_benchmarks(declared)
         order = {b: i for i, b in enumerate([*MATH, *CODE, *OTHER, REASONING_GYM, *tiny_benchmarks()])}
         benchmarks = sorted(set(benchmarks), key=lambda b: (order.get(b, len(order)), b))
-        return cls(profile=declared.name, arms=arms, seeds=seeds, benchmarks=benchmarks,
+        return cls(profile=declared.name, arms=list(arms.values()), seeds=seeds, benchmarks=benchmarks,
                    extra_models=sorted(set(extra)), train_prorl=declared.trains_start, data=declared.data)

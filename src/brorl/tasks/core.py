@@ -191,13 +191,9 @@ def split_path(data_dir: str | Path, task: str, split: str) -> Path:
 
 def read_split(data_dir: str | Path, split: str, tasks: Iterable[str] | None = None) -> list[dict]:
     """All records of ``split`` under ``data_dir`` (tasks in the given order; default: every task folder)."""
-    data_dir = Path(data_dir)
-    if tasks is None:
-        tasks = sorted(p.name for p in data_dir.iterdir() if (p / f"{split}.jsonl").exists())
-    out = []
-    for t in tasks:
-        out.extend(read_jsonl(split_path(data_dir, t, split)))
-    return out
+    from brorl.data.jsonl import read_split as read_folders
+
+    return read_folders(data_dir, split, tasks)
 
 
 def write_splits(out_dir: str | Path, settings: TaskSettings | dict | None = None) -> dict:
@@ -260,7 +256,7 @@ def verify(record: dict, completion) -> float:
     """1.0 if the completion (up to the end token) is exactly one of the record's correct answers.
 
     Strict (no whitespace stripping) so that the success event is exactly "answer + eos", the event
-    whose probability :func:`brorl.tasks.exact_answer_probability` computes. Never raises.
+    whose probability :func:`brorl.models.scoring.exact_answer_probability` computes. Never raises.
     """
     try:
         if isinstance(completion, bytes):

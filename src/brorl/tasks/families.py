@@ -146,3 +146,16 @@ def family_of_benchmark(name: str) -> str | None:
 def max_answer_chars(task: str, s) -> int:
     lo, hi = FAMILIES[task].universe(s)
     return max(len(str(lo)), len(str(hi)))
+
+
+def config_errors(config: dict) -> list[str]:
+    """The config check (brorl.pipeline.config_errors): task family names (``tasks.tasks``, ``sft.select_tasks``)
+    against the registry, :data:`FAMILIES`."""
+    errors = []
+    for where, section, key in (("tasks", config.get("tasks"), "tasks"), ("sft", config.get("sft"), "select_tasks")):
+        names = section.get(key) if isinstance(section, dict) else None
+        for i, name in enumerate(names if isinstance(names, list) else []):
+            if name not in FAMILIES:
+                errors.append(f"{where}.{key}[{i}]: unknown task family {name!r} (registered: "
+                              f"{', '.join(FAMILIES)}) [rule: brorl.tasks.FAMILIES]")
+    return errors

@@ -14,10 +14,11 @@ Config (``rl`` section, see ``config/config.yaml``)::
         schedule: [16, 512]  # the chained arm: one stage per N (geometry of the n<N> arm), equal budget shares
         settings: {}         # RLSettings for every arm stage (on top of the recipe)
 
-:func:`arm_plan` turns this, once, into ``{arm name: Arm}`` (an :class:`Arm` carries its kind, its N per stage
-and its stage settings) that the rules, the training report and the tables read; :func:`plan` gives the stages
-per arm for one seed. An arm kind (``batch``: one stage ``n<N>``; ``schedule``: the chained arm) lives only here
-and in the schema; :func:`run_arm` runs the stages of
+:func:`arm_plan` turns this, once, into ``{arm name: Arm}`` (an :class:`Arm` carries its N per stage, its stage
+settings, its label, order and config slice) that the rules, the training report and the tables read;
+:func:`plan` gives the stages per arm for one seed. An arm kind (:class:`BatchArm`: one stage ``n<N>``;
+:class:`ScheduleArm`: the chained arm) is one class here (:data:`ARM_KINDS`) and its keys in the schema;
+:func:`run_arm` runs the stages of
 one arm and seed (each stage is a resumable :func:`brorl.training.stage.train_stage` in a work folder that
 survives a killed job), chains them (stage k+1 starts from stage k's policy: the reference reset), and writes
 the arm's outputs: the final HF folder, ``metrics.csv`` over all stages, ``probe.npz`` (exact per-prompt
@@ -31,9 +32,9 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
 from dataclasses import dataclass
+from typing import ClassVar
 from pathlib import Path
 
 import numpy as np
@@ -45,43 +46,138 @@ ARM_COLUMNS = ("arm", "seed", "stage", "stage_n_rollouts", "arm_step", "arm_gene
                "arm_wall_time_s")
 
 
-ARM_KINDS = ("batch", "schedule")
-ARM_NAME = r"n\d+|schedule"
-"""The names :func:`arm_plan` gives (``n<N>`` for a batch arm), as a regular expression (e.g. model names
-``<arm>-seed<s>`` in the tables)."""
-
-
 @dataclass(frozen=True)
 class Arm:
-    """One training arm: its name, kind (:data:`ARM_KINDS`), N of each stage and stage settings (seed left out;
-    empty for an arm known only by its name, :func:`arm_of`)."""
+    """One training arm of ``rl.arms``: what a rule, the trainer, the training report and the tables need of it.
+    A kind is a subclass (:data:`ARM_KINDS`) that builds its arms from the config (:meth:`from_rl`), checks its own
+    keys (:meth:`errors`) and says how it is labelled and ordered; nothing reads an arm's kind or N from its name.
+
+    N is ``n_rollouts`` here and in :class:`brorl.training.settings.RLSettings` (config: ``rl.arms.batches[].
+    n_rollouts``); the trainer hands it to TRL as ``num_generations`` and to the sampler as ``n``."""
 
     name: str
-    kind: str
+    """For people and folders (``resources/checkpoints/<name>/seed<s>``, the ``arm`` wildcard); never parsed."""
     n_rollouts: tuple[int, ...]
+    """N of each stage."""
     stages: tuple[dict, ...] = ()
+    """Each stage's settings (RLSettings keys), seed left out; empty for an arm read back from its results."""
+    kind: ClassVar[str] = ""
+    key: ClassVar[str] = ""
+    """Its key under ``rl.arms`` (``batches``, ``schedule``, ...)."""
 
     @property
     def n(self) -> int | None:
-        """The arm's one N (a batch arm); None for an arm whose N changes (the schedule)."""
-        return self.n_rollouts[0] if self.kind == "batch" else None
+        """The arm's one N; None for an arm whose N changes (the schedule)."""
+        return None
 
     @property
     def order(self) -> tuple:
         """Batch arms by N, then the others."""
-        return (0, self.n) if self.n is not None else (1, 0)
+        return (1, 0)
+
+    def label(self, smallest: bool = False) -> str:
+        """Its row in the paper tables (``smallest``: the smallest-N arm, the ProRL continuation)."""
+        return self.kind
+
+    def stages_for(self, seed: int | None = None) -> list[dict]:
+        """The stage settings of one seed (``None``: the seed key is left out)."""
+        extra = {} if seed is None else {"seed": seed}
+        return [{**stage, **extra} for stage in self.stages]
+
+    def config_slice(self, rl: dict) -> dict:
+        """The part of ``rl`` this arm depends on (a rule's params): adding a seed or an arm, or changing another
+        arm's batch, does not rerun its jobs; :func:`arm_plan` of the slice gives this arm the same stages."""
+        arms = rl.get("arms", {})
+        owned = [kind.key for kind in ARM_KINDS if kind.key != "batches"]
+        keep = {k: v for k, v in arms.items() if k not in ("seeds", "batches", *owned)}
+        ns = set(self.n_rollouts)
+        return {"recipe": rl.get("recipe", {}),
+                "arms": {**keep, "batches": [b for b in arms.get("batches", []) if b["n_rollouts"] in ns],
+                         **{k: arms.get(k, []) if k == self.key else [] for k in owned}}}
+
+    @classmethod
+    def from_rl(cls, rl: dict, base: dict, budget: int) -> list["Arm"]:
+        """This kind's arms of ``rl.arms`` (``base``: recipe + ``rl.arms.settings``; ``budget``: samples per arm)."""
+        raise NotImplementedError
+
+    @classmethod
+    def errors(cls, arms: dict) -> list[str]:
+        """This kind's own checks of ``rl.arms`` (before every stage's settings are checked)."""
+        return []
+
+
+@dataclass(frozen=True)
+class BatchArm(Arm):
+    """``rl.arms.batches[]``: one stage at one N and batch geometry, named ``n<N>``."""
+
+    kind: ClassVar[str] = "batch"
+    key: ClassVar[str] = "batches"
+
+    @property
+    def n(self) -> int:
+        return self.n_rollouts[0]
+
+    @property
+    def order(self) -> tuple:
+        return (0, self.n)
+
+    def label(self, smallest: bool = False) -> str:
+        return f"{'ProRL' if smallest else 'BroRL'} {self.name}"
+
+    @classmethod
+    def from_rl(cls, rl: dict, base: dict, budget: int) -> list[Arm]:
+        return [cls(arm_name(b["n_rollouts"]), (b["n_rollouts"],), ({**base, **b, "sample_budget": budget, "steps": 0},))
+                for b in rl.get("arms", {}).get("batches", [])]
+
+    @classmethod
+    def errors(cls, arms: dict) -> list[str]:
+        ns = [b["n_rollouts"] for b in arms.get("batches", [])]
+        return [f"rl.arms.batches: two arms with n_rollouts = {n} (arm names n<N> must be unique) [rule: unique N]"
+                for n in sorted({n for n in ns if ns.count(n) > 1})]
+
+
+@dataclass(frozen=True)
+class ScheduleArm(Arm):
+    """``rl.arms.schedule``: the chained arm, one stage per N (the batch geometry of the ``n<N>`` arm), equal
+    shares of the budget; stage k+1 starts from stage k's policy."""
+
+    kind: ClassVar[str] = "schedule"
+    key: ClassVar[str] = "schedule"
+
+    @classmethod
+    def from_rl(cls, rl: dict, base: dict, budget: int) -> list[Arm]:
+        arms = rl.get("arms", {})
+        schedule = arms.get("schedule", [])
+        if not schedule:
+            return []
+        by_n = {b["n_rollouts"]: b for b in arms.get("batches", [])}
+        share = budget // len(schedule)
+        return [cls("schedule", tuple(schedule),
+                    tuple({**base, **by_n.get(n, {"n_rollouts": n}), "sample_budget": share, "steps": 0}
+                          for n in schedule))]
+
+    @classmethod
+    def errors(cls, arms: dict) -> list[str]:
+        ns = [b["n_rollouts"] for b in arms.get("batches", [])]
+        return [f"rl.arms.schedule[{i}]: N = {n} has no entry in rl.arms.batches (the schedule's stages take the "
+                "batch geometry of the n<N> arm) [rule: schedule N in batches]"
+                for i, n in enumerate(arms.get("schedule", [])) if n not in ns]
+
+
+ARM_KINDS: tuple[type[Arm], ...] = (BatchArm, ScheduleArm)
+"""Every arm kind, in the order :func:`arm_plan` lists their arms. A new kind: its class here and its keys under
+``rl.arms`` in the schema."""
 
 
 def arm_name(n_rollouts: int) -> str:
     return f"n{n_rollouts}"
 
 
-def arm_of(name: str) -> Arm:
-    """An arm known only by its name (a results folder, an MLflow run's wildcard): its kind and N."""
-    m = re.fullmatch(r"n(\d+)", name)
-    if m:
-        return Arm(name, "batch", (int(m.group(1)),))
-    return Arm(name, "schedule" if name == "schedule" else "other", ())
+def arm_from_stages(name: str, n_rollouts) -> Arm:
+    """An arm read back from its results (a summary's or an MLflow run's per-stage N, never its name): one stage is
+    a batch arm, several the chained schedule."""
+    ns = tuple(int(n) for n in n_rollouts)
+    return BatchArm(name, ns) if len(ns) == 1 else ScheduleArm(name, ns)
 
 
 def prorl_settings(rl: dict) -> dict:
@@ -90,47 +186,26 @@ def prorl_settings(rl: dict) -> dict:
 
 
 def arm_plan(rl: dict) -> dict[str, Arm]:
-    """Every arm of ``rl.arms`` (``batches``: one batch arm each; ``schedule``: the chained arm, equal budget
-    shares), with its stage settings (seed left out)."""
+    """Every arm of ``rl.arms`` (each kind of :data:`ARM_KINDS` builds its own), with its stage settings (seed
+    left out)."""
     arms = rl.get("arms", {})
     base = {**rl.get("recipe", {}), **arms.get("settings", {})}
     budget = arms.get("sample_budget", 0)
-    out: dict[str, Arm] = {}
-    by_n = {}
-    for batch in arms.get("batches", []):
-        by_n[batch["n_rollouts"]] = batch
-        out[arm_name(batch["n_rollouts"])] = Arm(arm_name(batch["n_rollouts"]), "batch", (batch["n_rollouts"],),
-                                                 ({**base, **batch, "sample_budget": budget, "steps": 0},))
-    schedule = arms.get("schedule", [])
-    if schedule:
-        share = budget // len(schedule)
-        out["schedule"] = Arm("schedule", "schedule", tuple(schedule),
-                              tuple({**base, **by_n.get(n, {"n_rollouts": n}), "sample_budget": share, "steps": 0}
-                                    for n in schedule))
-    return out
+    return {arm.name: arm for kind in ARM_KINDS for arm in kind.from_rl(rl, base, budget)}
 
 
 def plan(rl: dict, seed: int | None = None) -> dict[str, list[dict]]:
     """``{arm: [stage settings, ...]}`` for one seed (``seed=None``: the seed key is left out)."""
-    extra = {} if seed is None else {"seed": seed}
-    return {name: [{**stage, **extra} for stage in arm.stages] for name, arm in arm_plan(rl).items()}
+    return {name: arm.stages_for(seed) for name, arm in arm_plan(rl).items()}
 
 
 def stage_config(rl: dict, arm: str) -> dict:
-    """The part of ``rl`` one arm (or ``"prorl"``) depends on: ``plan`` of it gives that arm the same stages.
-
-    A rule's params hold this, not the whole ``rl`` section, so that adding a seed or an arm, or changing another
-    arm's batch, does not rerun the jobs it does not change."""
+    """The part of ``rl`` one arm (or ``"prorl"``) depends on (:meth:`Arm.config_slice`): a rule's params hold
+    this, not the whole ``rl`` section."""
     if arm == "prorl":
         return {"recipe": rl.get("recipe", {}), "prorl": rl.get("prorl", {})}
-    arms = rl.get("arms", {})
     the_arm = arm_plan(rl).get(arm)
-    ns = set(the_arm.n_rollouts) if the_arm else set()
-    schedule = arms.get("schedule", []) if the_arm and the_arm.kind == "schedule" else []
-    keep = {k: v for k, v in arms.items() if k not in ("seeds", "batches", "schedule")}
-    return {"recipe": rl.get("recipe", {}),
-            "arms": {**keep, "batches": [b for b in arms.get("batches", []) if b["n_rollouts"] in ns],
-                     "schedule": schedule}}
+    return the_arm.config_slice(rl) if the_arm is not None else Arm(arm, ()).config_slice(rl)
 
 
 def plan_errors(rl: dict, prorl_stage: bool) -> list[str]:
@@ -165,19 +240,43 @@ def plan_errors(rl: dict, prorl_stage: bool) -> list[str]:
 
     if prorl_stage:
         check(prorl_settings(rl), "rl.prorl")
-    ns = [b["n_rollouts"] for b in arms.get("batches", [])]
-    for n in sorted({n for n in ns if ns.count(n) > 1}):
-        errors.append(f"rl.arms.batches: two arms with n_rollouts = {n} (arm names n<N> must be unique)"
-                      " [rule: unique N]")
-    for i, n in enumerate(arms.get("schedule", [])):
-        if n not in ns:
-            errors.append(f"rl.arms.schedule[{i}]: N = {n} has no entry in rl.arms.batches (the schedule's "
-                          "stages take the batch geometry of the n<N> arm) [rule: schedule N in batches]")
+    for kind in ARM_KINDS:
+        errors += kind.errors(arms)
     if not errors:
         for arm, stages in plan(rl).items():
             for k, stage in enumerate(stages):
                 check(stage, f"arm {arm}" + (f" stage {k}" if len(stages) > 1 else ""))
     return list(dict.fromkeys(errors))
+
+
+def start_errors(config: dict, profile) -> list[str]:
+    """The config check (brorl.pipeline.config_errors) of where the arms start, as ``profile.start`` declares: the
+    ProRL stage trained here (``rl.prorl``, from the SFT model on the tiny tasks) or a fetched checkpoint named by
+    ``rl.start_model``."""
+    rl, errors = config["rl"], []
+    fetch = config.get("checkpoints", {}).get("fetch") or {}
+    start = rl.get("start_model")
+    if profile.trains_start:
+        if start is not None:
+            errors.append("rl.start_model: the arms start from the ProRL stage (profile.start: trained); set "
+                          "profile.start: fetched to start from a fetched checkpoint [rule: one start model]")
+        if rl.get("prorl") is None:
+            errors.append("rl.prorl: required by profile.start: trained (the ProRL stage the arms start from) "
+                          "[rule: one start model]")
+        if any(f"resources/models/{name}" == profile.start_model(rl) for name in fetch):
+            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output "
+                          "(profile.start: trained); fetch the hub checkpoint under another name [rule: one writer per folder]")
+    else:
+        if rl.get("prorl") is not None:
+            errors.append("rl.prorl: the ProRL stage runs only with profile.start: trained; the arms start from "
+                          "rl.start_model [rule: one start model]")
+        if start is None:
+            errors.append("rl.start_model: required without rl.prorl (profile.start: fetched): name the fetched checkpoint "
+                          "(checkpoints.fetch) the arms start from [rule: one start model]")
+        elif start not in fetch:
+            errors.append(f"rl.start_model: {start!r} is not a fetched checkpoint (checkpoints.fetch: "
+                          f"{', '.join(fetch) or 'none'}) [rule: start model is fetched]")
+    return errors
 
 
 # --------------------------------------------------------------------------------------- running an arm
@@ -224,9 +323,9 @@ def _mean(x: np.ndarray) -> float:
 
 def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path, stages: list[dict],
             model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
-            progress: bool = True, source: str | None = None) -> dict:
+            progress: bool = True, source: str = "tasks") -> dict:
     """Run the stages of one arm (resumable) and write its outputs; returns the arm summary. ``source``: the data
-    source kind (brorl.profile.SOURCES; the declared profile.data)."""
+    source kind (brorl.profile.sources(); the declared profile.data)."""
     import torch
     from accelerate import PartialState
 
@@ -317,7 +416,7 @@ PROBES = ("probe_q_pos_mean", "probe_q_pos_tail_mean", "probe_q_pos_zero_fractio
 
 def arm_stages(rl: dict, arm: str, seed: int) -> list[dict]:
     """The stages of ``brorl train-arm``: the arm of :func:`plan` for ``seed``, or the ProRL stage (``prorl``)."""
-    return [prorl_settings(rl)] if arm == "prorl" else plan(rl, seed=seed)[arm]
+    return [prorl_settings(rl)] if arm == "prorl" else arm_plan(rl)[arm].stages_for(seed)
 
 
 def run_train_arm(rl: dict, init_model_dir, data_dir, work_dir, model_out, results_out, *, arm: str, seed: int,

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from brorl.config import PROJECT_ROOT
+from brorl.paths import PROJECT_ROOT
 
 ACCELERATE_DIR = PROJECT_ROOT / "workflow" / "accelerate"
 CONFIGS = ("fsdp2", "zero3", "cpu")
@@ -296,3 +296,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m brorl.training.launch")
     add_arguments(parser)
     sys.exit(main(parser.parse_args()))
+
+
+def config_errors(rl: dict, profile) -> list[str]:
+    """The config check (brorl.pipeline.config_errors): arms under `brorl launch` split each step's prompts across
+    its processes: with the CPU accelerate config (a fixed 2 processes; a GPU host's count is known only where it
+    runs) every arm's prompts per step must be a multiple of them, or the arm fails only once its job starts (found
+    with SmolLM2, issue 19)."""
+    if profile.trains_start or (rl.get("launch") or {}).get("accelerate_config") != "cpu":
+        return []
+    procs = processes_per_node(None, "cpu", {})
+    return [f"rl.arms.batches[{i}].prompts_per_step: {b.get('prompts_per_step')} is not a multiple of the {procs} "
+            f"processes of rl.launch.accelerate_config: cpu [rule: prompts split across processes]"
+            for i, b in enumerate((rl.get("arms") or {}).get("batches") or [])
+            if isinstance(b, dict) and isinstance(b.get("prompts_per_step"), int) and b["prompts_per_step"] % procs]

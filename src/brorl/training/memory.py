@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from brorl.config import PROJECT_ROOT
+from brorl.paths import PROJECT_ROOT
 
 GIB = 1024 ** 3
 HEAD_TOKEN_TILE = 4096
@@ -281,7 +280,7 @@ def arm_plans(config: dict) -> list[ArmPlan]:
 
 
 def process_micro_batch(s, processes: int) -> int:
-    """Completions per forward/backward on one process (brorl.training.trainer.distribute_batch's rule)."""
+    """Completions per forward/backward on one process (RLSettings.batch_sizes's rule)."""
     local = s.samples_per_step // processes if processes > 1 and s.samples_per_step % processes == 0 \
         else s.samples_per_step
     mini = max(local // s.mini_batches, 1)
@@ -385,7 +384,7 @@ def checkpointing_errors(rl: dict) -> list[str]:
 
 
 def memory_plan_errors(config: dict) -> list[str]:
-    """The config check's errors (brorl.config.cross_field_errors): every arm that cannot fit, with its table.
+    """The config check's errors (brorl.pipeline.config_errors): every arm that cannot fit, with its table.
     Only for configs that declare GPUs (``rl.memory_plan``)."""
     rl = config.get("rl")
     if not isinstance(rl, dict):
@@ -400,30 +399,3 @@ def memory_plan_errors(config: dict) -> list[str]:
     bad = [p for p in plans if not p.fits]
     return errors + [f"rl.memory_plan: arm {p.arm}: " + "; ".join(p.problems) + " [rule: the arm fits its GPUs]\n"
             + format_table([p]) for p in bad]
-
-
-def run_memory_plan(paths) -> int:
-    """``brorl memory-plan --configfile FILE...``: print every arm's table; 1 if one does not fit (or the config
-    is invalid for another reason, printed as ``brorl validate-config`` prints it)."""
-    from brorl.config import ConfigError, merge_configs, read_config_files, validate_config
-
-    files, errors = read_config_files(paths)
-    config = merge_configs(f.data for f in files) if not errors else None
-    if config is not None:
-        try:
-            validate_config(config, sources=files)
-        except ConfigError as err:  # the memory plan's own errors still get their tables below
-            errors = [e for e in err.errors if "rl.memory_plan: arm " not in e]
-    if errors:
-        print("invalid config:\n  " + "\n  ".join(errors), file=sys.stderr)
-        return 1
-    if "memory_plan" not in config.get("rl", {}):
-        print("rl.memory_plan: not declared (this profile declares no GPUs): nothing to plan", file=sys.stderr)
-        return 1
-    plans = arm_plans(config)
-    print(format_table(plans))
-    return 0 if all(p.fits for p in plans) else 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run_memory_plan(sys.argv[1:]))

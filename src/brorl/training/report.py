@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from brorl.stats import MIN_SEEDS, describe, fmt_p, one_sample, seed_level, verdict as seed_verdict, welch
-from brorl.training.arms import Arm, arm_of, arm_plan
+from brorl.profile import sources
+from brorl.training.arms import Arm, arm_from_stages, arm_plan
 from brorl.atomic import frame_to_csv, save_figure, write_text
 
 FIELDS = ("arm", "seed", "n_rollouts", "prompts_per_step", "steps", "generated_samples", "sample_budget",
@@ -53,7 +54,8 @@ def load_arms(results_dir: str | Path, rl: dict | None = None) -> dict[str, list
         arms.setdefault(arm, []).append(summary)
     if rl is not None:  # already in Arm.order
         return {a: sorted(v, key=lambda s: s["seed"]) for a, v in arms.items()}
-    return {a: sorted(v, key=lambda s: s["seed"]) for a, v in sorted(arms.items(), key=lambda kv: arm_of(kv[0]).order)}
+    return {a: sorted(v, key=lambda s: s["seed"])
+            for a, v in sorted(arms.items(), key=lambda kv: arm_from_stages(kv[0], kv[1][0]["n_rollouts"]).order)}
 
 
 def _ms(values, fmt="{:.4f}") -> str:
@@ -117,16 +119,20 @@ def _rising(means: list[float], largest: list[float], smallest: list[float], ste
             f" (largest vs smallest N: seed-level {describe(test)}).")
 
 
-def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, rl: dict | None = None) -> dict:
+def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, rl: dict | None = None,
+                     source: str = "tasks") -> dict:
     """Write the summary markdown, the per-arm-and-seed CSV and the figure; return the computed readings.
 
     ``rl``: the config's ``rl`` section; given, the arms are :func:`brorl.training.arms.arm_plan`'s objects (names,
-    kinds, N; folders of other arms are ignored); None: the arms are the result folders, known by their names."""
+    kinds, N; folders of other arms are ignored); None: the arms are the result folders, each known by the N of
+    its stages as its summary records them (:func:`brorl.training.arms.arm_from_stages`). ``source``: the declared
+    data source kind (profile.data): whether the arms' validation pass@1 is exact."""
     import pandas as pd
 
     results_dir = Path(results_dir)
     arms = {a: v for a, v in load_arms(results_dir, rl).items() if a != "prorl"}
-    plan: dict[str, Arm] = arm_plan(rl) if rl is not None else {a: arm_of(a) for a in arms}
+    plan: dict[str, Arm] = (arm_plan(rl) if rl is not None else
+                            {a: arm_from_stages(a, runs[0]["n_rollouts"]) for a, runs in arms.items()})
     if not arms:
         raise FileNotFoundError(f"no arm summaries under {results_dir}/<arm>/seed<s>/summary.json")
     prorl = None
@@ -137,7 +143,7 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
     frame_to_csv(frame, csv_path, index=False)
 
-    lines = ["# Training arms (tiny profile)" if (prorl or {}).get("settings") else "# Training arms", ""]
+    lines = ["# Training arms", ""]
     lines += ["Validation pass@1 is exact (mean teacher-forced Q_pos over the validation prompts of the "
               "single-answer family), so differences are not sampling noise; ± is the standard deviation over "
               "seeds. The hard tail: prompts with Q_pos in (1/512, 1/16) at the arm's start. Samples are "
@@ -182,8 +188,7 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
     n_arms = [a for a in arms if plan[a].n is not None]
     base_name = n_arms[0] if n_arms else None  # the smallest N: the ProRL continuation (n16 in the paper)
     base = arms.get(base_name) if base_name else None
-    exact = any(r.get("validation_pass1_end") is not None and not math.isnan(r["validation_pass1_end"])
-                for runs in arms.values() for r in runs)  # the tiny tasks' exact validation pass@1, if measured
+    exact = sources()[source].exact_heldout  # the tiny tasks' validation pass@1 is exact; the paper data has none
     if base and not exact:
         readings.append(
             "- **Held-out score during training**: not measured by this profile's arms (no exact validation pass@1 "
@@ -268,13 +273,13 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
     return {"metrics": metrics, "readings": readings}
 
 
-def run_train_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, rl=None) -> dict:
+def run_train_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, rl=None, source: str = "tasks") -> dict:
     """``brorl train-summary``: :func:`training_summary`; its metrics and files logged to the rule's MLflow run."""
     import mlflow
 
     from brorl.tracking import log_artifacts, numeric_metrics
 
-    out = training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=prorl_dir, rl=rl)
+    out = training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=prorl_dir, rl=rl, source=source)
     mlflow.log_metrics(numeric_metrics(out["metrics"]))
     log_artifacts(md_path, csv_path, png_path)
     print(f"[train-summary] wrote {md_path}")

@@ -261,9 +261,25 @@ class RLSettings:
 
     @property
     def micro_batch(self) -> int:
-        """Completions per forward/backward: the largest divisor of the mini-batch <= micro_batch_size."""
-        mini = self.samples_per_step // self.mini_batches
-        return max(d for d in range(1, min(mini, self.micro_batch_size) + 1) if mini % d == 0)
+        """Completions per forward/backward on one process: the largest divisor of the mini-batch <=
+        micro_batch_size."""
+        return self.batch_sizes()["per_device_train_batch_size"]
+
+    def batch_sizes(self, processes: int = 1) -> dict[str, int]:
+        """TRL's per-process batch arguments, computed once for ``processes`` processes (``brorl launch``): one RL
+        step is ``prompts_per_step`` prompts over *all* processes (BroRL's batch is global), each generating and
+        keeping ``prompts_per_step / P`` groups; per process the step's B / P samples split into ``mini_batches``
+        optimizer steps of micro-batches (the largest divisor of the mini-batch not above ``micro_batch_size``)."""
+        if self.prompts_per_step % processes:
+            raise ValueError(f"prompts_per_step = {self.prompts_per_step} must be divisible by the {processes} "
+                             "processes (each process generates and keeps an equal share of the step's groups)")
+        local = self.samples_per_step // processes
+        if local % self.mini_batches:
+            raise ValueError(f"{local} samples per process do not split into mini_batches = {self.mini_batches}")
+        mini = local // self.mini_batches
+        micro = max(d for d in range(1, min(mini, self.micro_batch_size) + 1) if mini % d == 0)
+        return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": mini // micro,
+                "steps_per_generation": local // micro}
 
 
 def slope_upper_bound(values: list[float], confidence: float = PLATEAU_CONFIDENCE) -> float:

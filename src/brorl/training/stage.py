@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from brorl.training.fsdp import engage_fsdp_on_cpu, export_optimizer, load_checkpoint_model
-from brorl.tasks.core import TaskSettings, format_prompt, is_probe, max_new_tokens, read_split
+from brorl.tasks.core import format_prompt, is_probe
 from brorl.training.settings import RLSettings
 
 TAIL_LO, TAIL_HI = 1.0 / 512, 1.0 / 16  # the "hard tail" band of per-prompt Q_pos (pilot.md §2)
@@ -87,9 +87,10 @@ class Probes:
       P(answer + eos) rose since the stage start, ``probe_worst_correct_delta`` = the most negative change
       (BroRL §4.1 / Fig. 3 metrics on the real model)."""
 
-    def __init__(self, tokenizer, validation: list[dict], limit: int):
+    def __init__(self, tokenizer, records: list[dict], limit: int):
+        """``records``: the validation records the data source probes exactly (``Source.probe_records``)."""
         by_task: dict[str, list[dict]] = {}
-        for r in (r for r in validation if "reward" not in r):  # exact probes: tiny-task records only
+        for r in records:
             by_task.setdefault(r["task"], []).append(r)
         self.tok = tokenizer
         self.single = [r for t, rs in by_task.items() if not is_probe(t) for r in rs[:limit]]
@@ -282,16 +283,13 @@ def _number(v):
 
 # --------------------------------------------------------------------------------------- the stage
 
-def make_reward(records: list[dict], tokenizer, source: str | None = None):
-    """The reward of the data source kind ``source`` (brorl.profile.SOURCES: the declared profile.data): the
+def make_reward(records: list[dict], tokenizer, source: str = "tasks"):
+    """The reward of the data source kind ``source`` (brorl.profile.sources(): the declared profile.data): the
     tiny tasks' exact check, or the paper data's per-kind reward. Every pipeline caller passes it (the stage
-    runner, the study's held-out scoring). ``None`` is for direct calls without a profile (tests, benchmarks):
-    the kind the records declare (a paper training record names its ``reward`` kind)."""
-    from brorl.profile import SOURCES
-    from brorl.data.training import is_paper_record
+    runner, the study's held-out scoring); the default is the tiny tasks, never read from the records."""
+    from brorl.profile import sources
 
-    kind = source or ("paper" if records and is_paper_record(records[0]) else "tasks")
-    return SOURCES[kind].reward(records, tokenizer)
+    return sources()[source].reward(records, tokenizer)
 
 
 def _settings_key(s: RLSettings) -> str:
@@ -306,18 +304,19 @@ def _settings_key(s: RLSettings) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=list).encode()).hexdigest()[:16]
 
 
-def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
-    """TRL's GRPOConfig for these settings (one RL step = ``mini_batches`` optimizer steps)."""
+def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int, processes: int | None = None):
+    """TRL's GRPOConfig for these settings (one RL step = ``mini_batches`` optimizer steps), its batch sizes
+    computed once for the ``processes`` that run it (:meth:`RLSettings.batch_sizes`; None: the processes of this
+    launch, accelerate's ``PartialState``)."""
+    from accelerate import PartialState
     from trl import GRPOConfig
 
     from brorl.training.trainer import learning_rate
 
-    mini = s.samples_per_step // s.mini_batches
-    micro = s.micro_batch
+    processes = PartialState(cpu=not torch.cuda.is_available()).num_processes if processes is None else processes
     return GRPOConfig(
         output_dir=str(output_dir), num_generations=s.n_rollouts, max_completion_length=max_completion_length,
-        per_device_train_batch_size=micro, gradient_accumulation_steps=mini // micro,
-        steps_per_generation=s.samples_per_step // micro, num_iterations=1,
+        **s.batch_sizes(processes), num_iterations=1,
         temperature=s.temperature, top_p=1.0, top_k=0,
         learning_rate=learning_rate(s), lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=s.weight_decay, adam_beta1=s.adam_betas[0], adam_beta2=s.adam_betas[1],
@@ -336,9 +335,13 @@ def grpo_config(s: RLSettings, output_dir: Path, max_completion_length: int):
 
 
 def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str | Path,
-                settings: RLSettings | dict | None = None, progress: bool = True, source: str | None = None) -> dict:
+                settings: RLSettings | dict | None = None, progress: bool = True, source: str = "tasks") -> dict:
     """Run (or resume, or return the result of) one RL stage; returns the summary dict. ``source``: the data
-    source kind of ``data_dir`` (brorl.profile.SOURCES; see :func:`make_reward`)."""
+    source kind of ``data_dir`` (brorl.profile.sources(): the declared profile.data; see :func:`make_reward`),
+    which reads its splits, gives the completion length, the exact probes and the reward."""
+    from brorl.profile import sources
+
+    data = sources()[source]
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         os.environ.setdefault(k, "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -376,19 +379,17 @@ def train_stage(init_model_dir: str | Path, data_dir: str | Path, out_dir: str |
 
     tokenizer = AutoTokenizer.from_pretrained(str(init_model_dir), local_files_only=True)
     tasks = list(s.tasks) or None
-    records = read_split(data_dir, "train", tasks)
-    validation = read_split(data_dir, "validation", tasks)
-    tasks_json = data_dir / "tasks.json"
-    task_settings = TaskSettings.from_dict(json.loads(tasks_json.read_text())) if tasks_json.exists() else None
+    records = data.read_split(data_dir, "train", tasks)
+    validation = data.read_split(data_dir, "validation", tasks)
     families = sorted({r["task"] for r in records})
-    max_len = s.max_completion_length or max_new_tokens(task_settings, families)
+    max_len = s.max_completion_length or data.generation_length(data_dir, families)
     dataset = Dataset.from_dict({"prompt": [format_prompt(tokenizer, r) for r in records],
                                  "record_index": list(range(len(records)))})
 
     ckpt_dir, csv_path = out / "checkpoints", out / "metrics.csv"
     resume = latest_checkpoint(ckpt_dir)
     state = json.loads((resume / CHECKPOINT_DONE).read_text()) if resume is not None else None
-    probes = Probes(tokenizer, validation, s.probe_prompts)
+    probes = Probes(tokenizer, data.probe_records(validation), s.probe_prompts)
     if not _finished(s, state):
         args = grpo_config(s, ckpt_dir, max_len)
         engage_fsdp_on_cpu(log)  # an FSDP launch on the CPU shards (accelerate alone would fall back to DDP)

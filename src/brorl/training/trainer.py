@@ -45,7 +45,7 @@ What is built here, and why not on TRL's hooks:
 - **Optimizer hand-over** between stages (kept or reset), crash-safe checkpoint marking.
 - **Several processes** (``brorl launch``, accelerate): TRL sizes its generation batch per process and
   normalises per process; here one RL step is ``prompts_per_step`` prompts over all processes
-  (:func:`distribute_batch`), each process fills its share by dynamic sampling in lockstep with the others
+  (:meth:`RLSettings.batch_sizes`), each process fills its share by dynamic sampling in lockstep with the others
   (refill draws keyed by the process index), and the REINFORCE++ batch statistics, the token normaliser, the
   pass rate and the sample count (which the budget stop reads) are sums over all processes. On one process
   every computation is the one above (``tests/test_multiprocess.py`` runs two CPU processes).
@@ -116,28 +116,15 @@ def global_reinforce_pp_advantages(rewards: torch.Tensor, n: int, sum_across: Ca
     return ((centred - mean) / (std + eps)).to(rewards.dtype)
 
 
-def distribute_batch(args, s: RLSettings, num_processes: int) -> None:
-    """Rescale TRL's per-process batch arguments so that one RL step is ``prompts_per_step`` prompts over *all*
-    processes (each generates and keeps ``prompts_per_step / P`` groups; BroRL's batch is global).
-
-    ``stage.grpo_config`` sizes the arguments for one process; TRL multiplies the generation batch by the
-    number of processes. With P > 1 this sets, per process: samples per step B / P, micro-batch the largest
-    divisor of the per-process mini-batch not above ``micro_batch_size``, gradient accumulation and
-    steps_per_generation to match (the number of optimizer steps per RL step stays ``mini_batches``)."""
-    if num_processes <= 1:
-        return
-    if s.prompts_per_step % num_processes:
-        raise ValueError(f"prompts_per_step = {s.prompts_per_step} must be divisible by the {num_processes} "
-                         "processes (each process generates and keeps an equal share of the step's groups)")
-    local = s.samples_per_step // num_processes
-    if local % s.mini_batches:
-        raise ValueError(f"{local} samples per process do not split into mini_batches = {s.mini_batches}")
-    mini = local // s.mini_batches
-    micro = max(d for d in range(1, min(mini, s.micro_batch_size) + 1) if mini % d == 0)
-    args.per_device_train_batch_size = micro
-    args.gradient_accumulation_steps = mini // micro
-    args.steps_per_generation = local // micro
-    args.generation_batch_size = micro * num_processes * args.steps_per_generation  # = samples_per_step
+def check_batch(args, s: RLSettings) -> None:
+    """The batch arguments were sized for the processes that run them (:meth:`RLSettings.batch_sizes`, through
+    ``stage.grpo_config``): one RL step is ``prompts_per_step`` prompts over all processes."""
+    want = s.batch_sizes(args.world_size)
+    got = {k: getattr(args, k) for k in want}
+    if got != want or args.generation_batch_size != s.samples_per_step:
+        raise ValueError(f"the trainer's batch arguments {got} (generation batch {args.generation_batch_size}) are "
+                         f"not those of {args.world_size} process(es), {want}: build them with "
+                         "brorl.training.stage.grpo_config(..., processes=P)")
 
 
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, eps_low: float,
@@ -273,7 +260,7 @@ class BroRLTrainer(GRPOTrainer):
         self.last_rollout: dict = {}
         self.vllm_weight_syncs = 0
         if kwargs.get("args") is not None:  # one RL step = prompts_per_step prompts over all processes
-            distribute_batch(kwargs["args"], settings, kwargs["args"].world_size)
+            check_batch(kwargs["args"], settings)
         with _extra_engine_args(settings.vllm_engine_args if settings.generation_engine == "vllm" else {}):
             super().__init__(*args, **kwargs)
         if self.is_fsdp_enabled and settings.generation_engine in SAMPLERS:
