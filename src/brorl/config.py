@@ -99,9 +99,13 @@ def cross_field_errors(config: dict) -> list[str]:
             errors.append(f"theory.summary_steps[{i}]: {s} is beyond theory.simulation.steps = {steps}"
                           f" [rule: summary step <= steps]")
     errors += _family_errors(config)
+    from brorl.layout import layout_errors
     from brorl.profile import Profile
 
-    profile = Profile.from_config(config)  # the schema has checked the block
+    block = config["profile"]  # the schema has checked the block; the roots are checked here (brorl.layout)
+    if roots := layout_errors(block.get("name"), block.get("overlay"), block.get("reuses") or ()):
+        return errors + roots
+    profile = Profile.from_config(config)
     errors += _profile_errors(config, profile)
     if isinstance(config.get("rl"), dict):
         from brorl.training.arms import plan_errors
@@ -210,8 +214,8 @@ def _rl_start_errors(config: dict, profile) -> list[str]:
         if rl.get("prorl") is None:
             errors.append("rl.prorl: required by profile.start: trained (the ProRL stage the arms start from) "
                           "[rule: one start model]")
-        if any(f"resources/models/{name}" == profile.start_model(rl) for name in fetch):
-            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output "
+        if "prorl" in fetch:
+            errors.append("checkpoints.fetch.prorl: resources/<root>/models/prorl is the ProRL stage's output "
                           "(profile.start: trained); fetch the hub checkpoint under another name [rule: one writer per folder]")
     else:
         if rl.get("prorl") is not None:
@@ -385,11 +389,31 @@ def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,
                       "`--configfile config/config.yaml config/strong.yaml`)")
     if not errors:
         errors = cross_field_errors(config)
+    if not errors and sources:
+        errors = _reuse_errors(config, sources)
     if errors:
         if sources:
             errors = [f"{where}: {e}" if (where := _origin(e, sources)) else e for e in errors]
         raise ConfigError(errors)
     return config
+
+
+def _reuse_errors(config: dict, sources: list[ConfigFile]) -> list[str]:
+    """An overlay's reused stage groups against its base (the files before the first that declares
+    ``profile.overlay``, with the same ``--config`` values): brorl.layout.reuse_errors."""
+    from brorl.layout import base_files, reuse_errors
+    from brorl.profile import Profile
+
+    profile = Profile.from_config(config)
+    if not profile.reuses:
+        return []
+    base_sources = base_files(sources)
+    if not base_sources or len(base_sources) == len(sources):
+        return []
+    base = merge_configs([f.data for f in base_sources] + [f.data for f in sources if f.name == "--config"])
+    if "profile" not in base:
+        return []
+    return reuse_errors(base, config, profile.layout)
 
 
 def read_config_files(paths) -> tuple[list[ConfigFile], list[str]]:
