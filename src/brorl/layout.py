@@ -145,12 +145,12 @@ def group_projection(group: str, config: dict) -> dict:
         return {**{k: config.get(k) for k in ("tasks", "sft", "difficulty", "checkpoints", "rg_difficulty",
                                               "throughput")},
                 "profile": {k: profile.get(k) for k in ("name", "start", "data", "pins")},
-                "rl.data": rl.get("data"), "rl.start_model": rl.get("start_model"), "prorl_stage": prorl,
+                "rl.data": rl.get("data"), "rl.start_model": rl.get("start_model"), "rl": prorl,  # rl: as the ProRL stage reads it
                 "evaluation": {k: evaluation.get(k) for k in ("revisions", "reasoning_gym", "share_gated")}}
     if group == "arms":
-        return {"rl": rl, "evaluation": config.get("evaluation"), **group_projection("start", config)}
+        return {**group_projection("start", config), "rl": rl, "evaluation": config.get("evaluation")}
     if group == "study":
-        return {"study": config.get("study"), **group_projection("arms", config)}
+        return {**group_projection("arms", config), "study": config.get("study")}
     raise KeyError(group)
 
 

@@ -16,7 +16,9 @@ PAPER_FIGURES = {
 }
 TABLES_ON = EVAL
 TABLE_INPUTS = EVAL_OUTPUTS + ([f"{folder}/summary.json" for folder in ARM_RESULTS] if TRAIN else [])
-TABLE_PLAN = as_json({key: config.get(key) for key in ("profile", "rl", "evaluation", "checkpoints")})
+# (the profile block without an overlay's roots: tables an overlay reuses keep the base's params; brorl.layout)
+TABLE_PLAN = as_json({**{key: config.get(key) for key in ("rl", "evaluation", "checkpoints")},
+                      "profile": {k: v for k, v in config["profile"].items() if k not in ("overlay", "reuses")}})
 TABLE_OUTPUTS = (
     [at("arms", f"results/tables/{name}.{ext}") for name in PAPER_TABLES for ext in ("csv", "md")]
     + [at("arms", f"results/figures/{name}.png") for name in [*PAPER_FIGURES, "figure3"]]
