@@ -201,8 +201,9 @@ def test_paper_study_plan_starts_from_the_fetched_checkpoint():
     rl, study = cfg["rl"], cfg["study"]
     profile = Profile.from_config(cfg)
     assert study_errors(cfg) == []
-    assert starts(profile, rl) == {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
-    assert pools(profile) == {"fixed": "results/data/rl"}
+    assert starts(profile, rl) == {"plateau": "resources/paper/models/prorl",
+                                   "late": "resources/paper-study/study/prorl_late"}  # the study's own root
+    assert pools(profile) == {"fixed": "results/paper/data/rl"}  # the reused start group's: the base's root
     # the base comparison is BroRL's Table 1: N=16 x 512 prompts vs N=512 x 128 (8x the samples per step), sqrt lr
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
     assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 512

@@ -227,6 +227,11 @@ COMMANDS = {  # in `brorl --help` order
     "dvc-track": cmd(
         "dvc add (and push) output folders", "brorl.tracking:dvc_track", lambda a, f: f(a.paths, push=a.push),
         opt("paths", nargs="+"), opt("--push", action="store_true"), run=None),
+    "root": cmd(
+        "print the output root of a config (brorl.layout): its own, or with --group the root a stage group writes under",
+        "brorl.layout:run_root", lambda a, f: f(a.configfile, a.group),
+        opt("--configfile", nargs="+", required=True, help="a base and its overlays, as for snakemake"),
+        opt("--group", default=None, help="theory, start, arms or study"), run=None),
     "migrate-layout": cmd(
         "move a checkout's old-layout outputs (results/theory, ... at the top) under the roots of the config that "
         "wrote them (issue 32)", "brorl.layout:run_migrate_layout", lambda a, f: f(a.configfile, dry_run=a.dry_run),

@@ -297,6 +297,15 @@ def tag_untagged_runs(layout: Layout, tracking: dict, profile: str) -> int:
             return n
 
 
+def run_root(configfile: list[str], group: str | None = None) -> None:
+    """``brorl root --configfile FILE... [--group G]``: the root, for scripts and make targets."""
+    from brorl.config import load_config
+    from brorl.profile import Profile
+
+    layout = Profile.from_config(load_config(*configfile)).layout
+    print(layout.root_of(group) if group else layout.root)
+
+
 def run_migrate_layout(configfile: list[str], dry_run: bool = False) -> None:
     """``brorl migrate-layout --configfile FILE... [--dry-run]``."""
     from brorl.config import load_config
