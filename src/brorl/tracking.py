@@ -274,16 +274,17 @@ def _create_experiment(cfg: dict) -> str:
     raise RuntimeError(f"could not create MLflow experiment {cfg['experiment']!r} in {cfg['uri']}")
 
 
-def _close_killed_runs(experiment_id: str, rule: str, wildcards: str) -> None:
+def _close_killed_runs(experiment_id: str, rule: str, wildcards: str, root: str | None = None) -> None:
     """A job killed by SIGKILL cannot end its MLflow run, which stays RUNNING. Snakemake never runs one job
-    twice at once, so when the job starts again, earlier RUNNING runs of the same rule and wildcards are dead:
-    mark them KILLED (the rerun's own run is the one a table cell should cite)."""
+    twice at once, so when the job starts again, earlier RUNNING runs of the same rule, wildcards and output root
+    are dead: mark them KILLED (the rerun's own run is the one a table cell should cite). Another root's run is
+    another job (an overlay's, which may run beside the base's: brorl.layout)."""
     import mlflow
 
     client = mlflow.MlflowClient()
     for run in client.search_runs([experiment_id], filter_string=f"tags.rule = '{rule}' and "
                                   "attributes.status = 'RUNNING'"):
-        if run.data.tags.get("wildcards") == wildcards:
+        if run.data.tags.get("wildcards") == wildcards and run.data.tags.get("root") == root:
             client.set_terminated(run.info.run_id, status="KILLED")
 
 
@@ -311,7 +312,7 @@ def rule_run(rule: str, *, profile: str, config: dict, wildcards: dict | None = 
         **({"root": root} if root else {}),
         **{f"wildcard.{k}": str(v) for k, v in wildcards.items()},
     }
-    _close_killed_runs(experiment_id, rule, tags["wildcards"])
+    _close_killed_runs(experiment_id, rule, tags["wildcards"], root)
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run:
         flat = flatten({**config, **(params or {})})
         items = list(flat.items())
