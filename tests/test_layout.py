@@ -88,7 +88,7 @@ def _old_checkout(root):
                 "results/study/base/n16/seed0/summary.json", "resources/models/sft/config.json",
                 "resources/checkpoints/n16/seed0/config.json", "resources/work/prorl/state.json",
                 "resources/work/n16/seed0/state.json", "resources/work/study/base/state.json",
-                "logs/theory/simulation.log"):
+                "logs/theory/simulation.log", "logs/benchmarks/study_arm/base.tsv", "logs/benchmarks/sft.tsv"):
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(rel)
@@ -111,7 +111,9 @@ def test_migration_moves_each_group_under_its_root_with_its_dvc_file(tmp_path):
                      "resources/models/sft/config.json": "resources/tiny/models/sft/config.json",
                      "resources/work/prorl/state.json": "resources/tiny/work/prorl/state.json",
                      "resources/work/study/base/state.json": "resources/tiny-study/work/study/base/state.json",
-                     "logs/theory/simulation.log": "logs/tiny-study/theory/simulation.log"}.items():
+                     "logs/theory/simulation.log": "logs/tiny/theory/simulation.log",
+                     "logs/benchmarks/study_arm/base.tsv": "logs/tiny-study/benchmarks/study_arm/base.tsv",
+                     "logs/benchmarks/sft.tsv": "logs/tiny/benchmarks/sft.tsv"}.items():
         assert (tmp_path / now).read_text() == rel, now  # the same file, moved
     # a .dvc file's path is relative to it: beside its folder it still names the folder
     assert "path: theory" in (tmp_path / "results/tiny/theory.dvc").read_text()

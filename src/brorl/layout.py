@@ -231,11 +231,27 @@ def migration_moves(layout: Layout, project: str | Path = ".") -> list[tuple[str
                 continue
             moves.append((old.as_posix(), f"{top}/{layout.root_of(group)}/{name}{suffix}"))
     logs = project / "logs"
-    if logs.is_dir():
-        roots = {f"{layout.name}", layout.root}
+    if logs.is_dir():  # logs/<stage>/... and logs/benchmarks/<rule>/... into their group's logs/<root>/
+        roots = {layout.name, layout.root}
+        by_folder = {"theory": "theory", "data": "start", "models": "start", "fetch": "start", "train": "arms",
+                     "eval": "arms", "tables": "arms", "study": "study", "results": "start", "resources": "start"}
         for entry in sorted(logs.iterdir()):
-            if entry.name not in roots:
-                moves.append((entry.relative_to(project).as_posix(), f"logs/{layout.root}/{entry.name}"))
+            if entry.name in roots:
+                continue
+            if entry.name == "benchmarks" and entry.is_dir():
+                for child in sorted(entry.iterdir()):
+                    try:
+                        group = rule_group(child.name.removesuffix(".tsv"))
+                    except KeyError:
+                        group = "arms"
+                    moves.append((f"logs/benchmarks/{child.name}", f"logs/{layout.root_of(group)}/benchmarks/{child.name}"))
+            elif entry.name == "train" and entry.is_dir() and (entry / "prorl.log").exists():
+                for child in sorted(entry.iterdir()):
+                    group = "start" if child.name == "prorl.log" else "arms"
+                    moves.append((f"logs/train/{child.name}", f"logs/{layout.root_of(group)}/train/{child.name}"))
+            else:
+                group = by_folder.get(entry.name, "arms")
+                moves.append((f"logs/{entry.name}", f"logs/{layout.root_of(group)}/{entry.name}"))
     return moves
 
 
@@ -255,7 +271,7 @@ def migrate(layout: Layout, project: str | Path = ".", *, dry_run: bool = False,
         if not dry_run:
             (project / new).parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(project / old), str(project / new))
-    for top in ("results/train", "resources/work"):  # emptied: their children were moved one by one
+    for top in ("results/train", "resources/work", "logs/benchmarks", "logs/train"):  # emptied: children moved one by one
         path = project / top
         if not dry_run and path.is_dir() and not any(path.iterdir()):
             path.rmdir()
