@@ -28,9 +28,10 @@ def test_a_base_writes_under_its_name_and_an_overlay_under_name_dash_overlay():
         base.path("theory", "docs/x.md")
 
 
-def test_every_rule_of_the_workflow_has_a_group():
-    rules = subprocess.run(["snakemake", "--list-rules", "--configfile", "tests/configs/ci.yaml", "--directory",
-                            "/tmp"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
+def test_every_rule_of_the_workflow_has_a_group(tmp_path):
+    rules = subprocess.run(["snakemake", "--list-rules", "--configfile", str(PROJECT_ROOT / "tests/configs/ci.yaml"),
+                            "--snakefile", str(PROJECT_ROOT / "Snakefile"), "--directory", str(tmp_path)],
+                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300)
     names = [line.strip() for line in rules.stdout.splitlines() if line.strip() and " " not in line.strip()]
     assert "train_arm" in names and "study_arm" in names, rules.stdout + rules.stderr
     for name in names:
