@@ -192,7 +192,8 @@ def test_sampled_heldout_agrees_with_the_exact_one(tmp_path):
 
 def paper_study_cfg():
     cfg = load_config(PROJECT_ROOT / "config/paper.yaml")
-    return {**cfg, **yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text())}
+    study = yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text())
+    return {**cfg, **study, "profile": {**cfg["profile"], **study["profile"]}}  # the overlay's roots: paper-study
 
 
 def test_paper_study_plan_starts_from_the_fetched_checkpoint():
