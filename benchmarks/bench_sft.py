@@ -1,6 +1,6 @@
 """Time the tiny model's hot paths: one SFT step and the samplers.
 
-    python benchmarks/bench_sft.py [--threads T] [--model-dir resources/models/sft]
+    python benchmarks/bench_sft.py [--threads T] [--model-dir resources/tiny/models/sft]
 
 1. One SFT step (batch 256 of the default task mix) with eager and SDPA attention.
 2. Sampling throughput (samples/s) of the shared-prompt KV-cache sampler against HF

@@ -6,7 +6,7 @@ Engines: ``hf`` (TRL's ``model.generate`` on N repeated rows), ``shared_prompt``
 the wheel's own Q4_1 GGUF; a CPU user's pick) when it is importable -- else its row is missing and the reason is
 printed. Every sample runs to its EOS or ``--max-tokens``.
 
-    python benchmarks/bench_smollm2_throughput.py --model resources/models/smollm2 \\
+    python benchmarks/bench_smollm2_throughput.py --model resources/small/models/smollm2 \\
         --gguf <SmolLM2-135M-Instruct.Q4_1.gguf> [--total 256] [--max-tokens 64] [--threads 1] [--out DIR]
 """
 
@@ -21,7 +21,7 @@ import yaml
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", type=Path, required=True, help="the converted HF folder (resources/models/smollm2)")
+    ap.add_argument("--model", type=Path, required=True, help="the converted HF folder (resources/small/models/smollm2)")
     ap.add_argument("--gguf", type=Path, default=None, help="the GGUF file, for the llama_cpp engine")
     ap.add_argument("--config", type=Path, default=Path("config/small.yaml"), help="the tasks: rg_difficulty")
     ap.add_argument("--total", type=int, default=256)

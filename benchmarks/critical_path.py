@@ -1,9 +1,10 @@
 """Where the last pipeline run spent its time: wall time, the critical path and each job's share (issue 21).
 
-    python benchmarks/critical_path.py [--configfile config/paper.yaml] [--logs logs/benchmarks] [--since EPOCH]
+    python benchmarks/critical_path.py [--configfile config/paper.yaml] [--logs logs/paper/benchmarks] [--since EPOCH]
     make critical-path
 
-Every rule of the DAG has a ``benchmark:`` file, ``logs/benchmarks/<rule>[/<wildcards>].tsv``, which Snakemake
+Every rule of the DAG has a ``benchmark:`` file, ``logs/<root>/benchmarks/<rule>[/<wildcards>].tsv`` (the root of
+the run's profile, or its base's for the stages an overlay reuses: brorl.layout), which Snakemake
 writes when the job ends: its ``s`` column is the job's wall time and ``cpu_time`` its CPU seconds, and the
 file's modification time is the job's end (start = end - s). Only the files of the last run count: those
 that started after that run's ``.snakemake/log`` file was created (``--since`` overrides). Which
@@ -64,11 +65,30 @@ def read_benchmarks(logs: str | Path, since: float | None = None) -> dict[str, T
     return out
 
 
-def last_run_start(workdir: str | Path, logs: str | Path) -> float | None:
+def benchmark_dirs(workdir: str | Path, configfiles: list[str]) -> list[Path]:
+    """The benchmark folders of a config's roots (brorl.layout): ``logs/<root>/benchmarks`` of each root its stage
+    groups write under (the Snakefile's default config/config.yaml without configfiles)."""
+    from brorl.config import load_config
+    from brorl.layout import GROUPS
+    from brorl.profile import Profile
+
+    files = [Path(workdir) / "config/config.yaml"] if not configfiles else [Path(c) for c in configfiles]
+    layout = Profile.from_config(load_config(*files)).layout
+    return [Path(workdir) / "logs" / root / "benchmarks" for root in sorted({layout.root_of(g) for g in GROUPS})]
+
+
+def read_all_benchmarks(dirs: list[Path], since: float | None = None) -> dict[str, Timing]:
+    out: dict[str, Timing] = {}
+    for logs in dirs:
+        out.update(read_benchmarks(logs, since))
+    return out
+
+
+def last_run_start(workdir: str | Path, logs: str | Path | list) -> float | None:
     """Start of the run that wrote the newest benchmark file: the newest ``.snakemake/log/*.snakemake.log``
     (named by its start time, written until its run ends) that began before that file's job and was still
     written when the job ended (a `--lint` or `-n --report` beside the run is not it)."""
-    files = list(Path(logs).rglob("*.tsv"))
+    files = [f for d in (logs if isinstance(logs, list) else [logs]) for f in Path(d).rglob("*.tsv")]
     if not files:
         return None
     newest = max(files, key=lambda p: p.stat().st_mtime)
@@ -107,8 +127,9 @@ def snakemake_dag(workdir: str | Path, configfiles: list[str]) -> dict[str, set[
         workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True)
         workflow._build_dag()
         dag = workflow.dag
-        logs = workdir / "logs" / "benchmarks"
-        name = {job: job_name(workdir / job.benchmark, logs) if job.benchmark else None for job in dag.jobs}
+        # logs/<root>/benchmarks/<rule>/...: named relative to its root's benchmark folder
+        name = {job: job_name(workdir / job.benchmark, workdir / Path(job.benchmark).parents[-3] / "benchmarks")
+                if job.benchmark else None for job in dag.jobs}
         memo: dict = {}
 
         def timed_deps(job) -> set[str]:
@@ -186,15 +207,16 @@ def report(timings: dict[str, Timing], deps: dict[str, set[str]], cores: int, un
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default=str(ROOT), help="the project folder of the run")
-    parser.add_argument("--logs", default=None, help="benchmark folder (default: <workdir>/logs/benchmarks)")
+    parser.add_argument("--logs", default=None,
+                        help="benchmark folder (default: <workdir>/logs/<root>/benchmarks of the config's roots)")
     parser.add_argument("--configfile", action="append", default=[], help="the run's --configfile (default: none)")
     parser.add_argument("--since", type=float, default=None,
                         help="count jobs that started at or after this epoch time (default: the last run's start)")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="cores of the run (a lower bound's divisor)")
     args = parser.parse_args(argv)
-    logs = Path(args.logs or Path(args.workdir) / "logs" / "benchmarks")
+    logs = [Path(args.logs)] if args.logs else benchmark_dirs(args.workdir, args.configfile)
     since = args.since if args.since is not None else last_run_start(args.workdir, logs)
-    timings = read_benchmarks(logs, since)
+    timings = read_all_benchmarks(logs, since)
     deps = snakemake_dag(args.workdir, args.configfile)
     untimed = [job for job in deps if job not in timings]
     print(report(timings, deps, args.cores, untimed))

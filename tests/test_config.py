@@ -196,10 +196,11 @@ def test_cli_validate_config(tmp_path):
     assert Path(path).exists()
 
 
-def test_command_line_overrides_apply_to_the_default_profile():
+def test_command_line_overrides_apply_to_the_default_profile(tmp_path):
     """`--config KEY=VALUE` without --configfile overrides the tiny defaults (and is validated too)."""
     proc = subprocess.run(
-        ["snakemake", "-n", "--cores", "1", "--config", "profile={name: huge}"],
+        ["snakemake", "-n", "--cores", "1", "--config", "profile={name: huge}", "--directory", str(tmp_path),
+         "--snakefile", str(PROJECT_ROOT / "Snakefile"), "--configfile", str(PROJECT_ROOT / "config/config.yaml")],
         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -234,8 +235,8 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
     n = len(paper_benchmarks())
     assert counts["benchmark_data"] == n and counts["evaluate"] == 4 * n and counts["fetch_checkpoint"] == 2
     assert all(counts[f"paper_{name}"] == 1 for name in ("table1", "table3", "table5", "ttest", "figure1"))
-    assert "results/eval/brorl-released/reasoning_gym.json" in proc.stdout
-    assert "results/eval/n512-seed0/aime24.json" in proc.stdout
+    assert "results/paper/eval/brorl-released/reasoning_gym.json" in proc.stdout
+    assert "results/paper/eval/n512-seed0/aime24.json" in proc.stdout
     assert '"backend": "vllm"' in proc.stdout
     # training: the paper data, both arms from the fetched ProRLv2 checkpoint (no ProRL stage), through brorl launch
     assert counts["train_data"] == 1 and counts["train_arm"] == 2 and counts["train_summary"] == 1
@@ -243,9 +244,9 @@ def test_paper_dag_fetches_benchmarks_and_evaluates_the_fetched_checkpoints(tmp_
     arms = [b for b in proc.stdout.split("\nrule ") if b.startswith("train_arm:")]
     assert len(arms) == 2
     for block in arms:
-        assert "input: resources/models/prorl.manifest.json, results/data/rl/deepscaler/train.jsonl" in block
+        assert "input: resources/paper/models/prorl.manifest.json, results/paper/data/rl/deepscaler/train.jsonl" in block
         assert "brorl launch --accelerate-config fsdp2 -- brorl train-arm" in block
-        assert "--init resources/models/prorl --data results/data/rl" in block
+        assert "--init resources/paper/models/prorl --data results/paper/data/rl" in block
         assert '"generation_engine": "vllm"' in block
     # the throughput study on the fetched checkpoint: vLLM's engine, prefix caching on and off
     assert counts["throughput_study"] == 1 and '"engines": ["vllm", "vllm_no_prefix_cache"]' in proc.stdout
@@ -285,7 +286,7 @@ def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
     proc = subprocess.run(
         ["snakemake", "-n", "--configfile", str(PROJECT_ROOT / "config/paper.yaml"),
          str(PROJECT_ROOT / "config/paper_study.yaml"), "--profile", str(PROJECT_ROOT / "profiles/slurm"),
-         "--directory", str(tmp_path), "--snakefile", str(PROJECT_ROOT / "Snakefile"), "results/study/summary.md"],
+         "--directory", str(tmp_path), "--snakefile", str(PROJECT_ROOT / "Snakefile"), "results/paper-study/study/summary.md"],
         capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     blocks = proc.stdout.split("\nrule ")
@@ -296,9 +297,9 @@ def test_paper_study_runs_the_same_rules_on_the_cluster(tmp_path):
     assert len(arms) == (2 + 3 + 1 + 1 + 1 + 2 * 5) * 3
     for block in arms + [b for b in blocks if b.startswith("study_start:")]:
         assert "brorl launch --accelerate-config fsdp2 -- brorl study-arm" in block
-        assert "--data results/data/rl" in block and "nodes=8" in block and "gres=gpu:8" in block
-    plateau = [b for b in arms if "--init resources/models/prorl " in b]  # the folder beside the manifest
-    late = [b for b in arms if "--init resources/study/prorl_late" in b]
+        assert "--data results/paper/data/rl" in block and "nodes=8" in block and "gres=gpu:8" in block
+    plateau = [b for b in arms if "--init resources/paper/models/prorl " in b]  # the folder beside the manifest
+    late = [b for b in arms if "--init resources/paper-study/study/prorl_late" in b]
     assert len(plateau) == 48 and len(late) == 6
     assert all('"mode": "sampled"' in b and '"engine": "vllm"' in b for b in arms)
     assert any('"n_rollouts": 512' in b and '"prompts_per_step": 128' in b for b in arms)
@@ -492,7 +493,10 @@ def _full_copy(overlay):
     if old.returncode != 0:
         pytest.skip(f"no git history with {commit} here: {old.stderr.strip()}")
     assert "\nprofile: tiny\n" in old.stdout  # its `profile: tiny`, written as today's declared block (brorl.profile)
-    return old.stdout.replace("\nprofile: tiny\n", "\nprofile: {name: tiny, start: trained, data: tasks}\n")
+    # with the overlay's output roots (brorl.layout), which the old full copy could not declare
+    roots = yaml.safe_load((PROJECT_ROOT / overlay).read_text())["profile"]
+    return old.stdout.replace("\nprofile: tiny\n", "\nprofile: {name: tiny, start: trained, data: tasks, "
+                              f"overlay: {roots['overlay']}, reuses: [{', '.join(roots['reuses'])}]}}\n")
 
 
 @pytest.mark.parametrize("overlay", FULL_COPIES)

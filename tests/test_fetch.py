@@ -666,7 +666,7 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     env = {"HF_TOKEN_PATH": str(tmp_path / "no-token")}
     paper = str(PROJECT_ROOT / "config/paper.yaml")
     work = tmp_path / "work"
-    target = "resources/gated/benchmarks/gpqa_diamond/test.jsonl"
+    target = "resources/paper/gated/benchmarks/gpqa_diamond/test.jsonl"
     run = _snakemake(["--cores", "1", "--configfile", paper, "--", target], work, env)
     out = run.stdout + run.stderr
     assert run.returncode != 0 and "HF_TOKEN" in out and "do not reveal examples" in out
@@ -675,7 +675,7 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     # job), naming the key that pins it, the page listing its commits and the one-run override
     (tmp_path / "unpinned.yaml").write_text("evaluation:\n  revisions:\n    minerva: main\n")
     run = _snakemake(["--cores", "1", "--configfile", paper, str(tmp_path / "unpinned.yaml"), "--",
-                      "results/data/benchmarks/minerva/test.jsonl"], work, env)
+                      "results/paper/data/benchmarks/minerva/test.jsonl"], work, env)
     out = run.stdout + run.stderr
     assert run.returncode != 0, out[-3000:]
     assert ("not pinned to a commit: minerva (main; its commits: "
@@ -690,18 +690,18 @@ def test_gated_benchmark_stops_the_dag_before_any_job_and_stays_out_of_dvc(tmp_p
     assert "not pinned to a commit" not in plan.stderr  # issue 27: every hub source of the paper profile is pinned
     dvc = next(line for line in plan.stdout.splitlines() if "brorl dvc-track" in line)
     tracked = dvc.split("brorl dvc-track ")[1].split(" --push")[0].split()
-    assert "results/data" in tracked and "results/eval" in tracked
-    assert f"output: {target}" in plan.stdout and "results/data/benchmarks/gpqa_diamond" not in plan.stdout
+    assert "results/paper/data" in tracked and "results/paper/eval" in tracked
+    assert f"output: {target}" in plan.stdout and "results/paper/data/benchmarks/gpqa_diamond" not in plan.stdout
     assert not any(target.startswith(folder + "/") for folder in tracked)
-    assert "--benchmark gpqa_diamond resources/gated/benchmarks " in plan.stdout  # the evaluate job reads it from there
+    assert "--benchmark gpqa_diamond resources/paper/gated/benchmarks " in plan.stdout  # the evaluate job reads it from there
 
     shared = yaml.safe_load(Path(paper).read_text())
     shared["evaluation"]["share_gated"] = True
     (tmp_path / "shared.yaml").write_text(yaml.safe_dump(shared))
     plan = _snakemake(["-n", "--configfile", str(tmp_path / "shared.yaml")], work, env)
     assert plan.returncode == 0, plan.stderr[-3000:]
-    assert "output: results/data/benchmarks/gpqa_diamond/test.jsonl" in plan.stdout
-    assert "resources/gated" not in plan.stdout
+    assert "output: results/paper/data/benchmarks/gpqa_diamond/test.jsonl" in plan.stdout
+    assert "resources/paper/gated" not in plan.stdout
 
 
 def test_gated_evaluation_keeps_completions_local_and_shares_scores_and_hashes(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ GPU_ONLY = ("generation_engine", "vllm_importance_sampling", "vllm_is_mode", "vl
 
 def paper_ci_config(source) -> dict:
     cfg = yaml.safe_load((PROJECT_ROOT / "config/paper.yaml").read_text())
-    cfg.update(yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text()))
+    study = yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text())
+    cfg.update({**study, "profile": {**cfg["profile"], **study["profile"]}})  # the overlay's roots: paper-study
     cfg["checkpoints"]["source"] = str(source)
     # the stand-ins are not at the pinned commits: the start checkpoint's is pinned to the stand-in's, the data is
     # fetched unpinned (allowed, as a run would say in MLflow)
@@ -67,22 +68,22 @@ def paper_study(tmp_path_factory):
     (work / "paper_ci.yaml").write_text(yaml.safe_dump(paper_ci_config(source)))
     # one job at a time: every study job is a 2-process `brorl launch` on the same port
     run = sh(["snakemake", "--cores", "1", "--configfile", str(work / "paper_ci.yaml"), "--snakefile",
-              str(PROJECT_ROOT / "Snakefile"), "--directory", str(work), "--", "results/study/summary.md"],
+              str(PROJECT_ROOT / "Snakefile"), "--directory", str(work), "--", "results/paper-study/study/summary.md"],
              PROJECT_ROOT, timeout=1800)
     return {"work": work, "log": run.stdout + run.stderr}
 
 
 def test_paper_study_runs_from_the_fetched_checkpoint_on_the_paper_data(paper_study):
     work = paper_study["work"]
-    assert json.loads((work / "resources/models/prorl.manifest.json").read_text())["source"] == "local"
-    assert (work / "results/data/rl/train_data.json").exists()
+    assert json.loads((work / "resources/paper/models/prorl.manifest.json").read_text())["source"] == "local"
+    assert (work / "results/paper/data/rl/train_data.json").exists()
     # every arm and the later start ran under `brorl launch` (2 CPU processes), from the manifest's folder
-    logs = [work / "logs/study/prorl_late.log"] + sorted((work / "logs/study").glob("*/n*/seed0.log"))
+    logs = [work / "logs/paper-study/study/prorl_late.log"] + sorted((work / "logs/paper-study/study").glob("*/n*/seed0.log"))
     assert len(logs) == 5 and all("[launch]" in p.read_text() and "--num_processes 2" in p.read_text() for p in logs)
-    late = json.loads((work / "results/study/prorl_late/summary.json").read_text())
+    late = json.loads((work / "results/paper-study/study/prorl_late/summary.json").read_text())
     assert late["steps"] == 1
     for setting, n in (("base", 2), ("base", 4), ("base", 8), ("late_start", 8)):
-        folder = work / f"results/study/{setting}/n{n}/seed0"
+        folder = work / f"results/paper-study/study/{setting}/n{n}/seed0"
         s = json.loads((folder / "summary.json").read_text())
         assert s["generated_samples"] == 32 and s["prompts_per_step"][0] == 16 // n
         h = json.loads((folder / "heldout.json").read_text())
@@ -90,13 +91,13 @@ def test_paper_study_runs_from_the_fetched_checkpoint_on_the_paper_data(paper_st
         assert set(h) >= {"deepscaler", "eurus2_code", "reasoning_gym"} and h["probes"]["pairs"] == 0
         assert math.isnan(h["all"]["pass@256"]) and not math.isnan(h["all"]["pass@8"])  # k > samples: no estimate
     # the start models' held-out p: measured once each (the fetched checkpoint, the later start)
-    assert len(list((work / "resources/work/study/heldout_start").glob("*.npz"))) == 2
+    assert len(list((work / "resources/paper-study/work/study/heldout_start").glob("*.npz"))) == 2
 
 
 def test_paper_study_summary_picks_on_one_half_and_judges_on_the_other(paper_study):
-    md = (paper_study["work"] / "results/study/summary.md").read_text()
+    md = (paper_study["work"] / "results/paper-study/study/summary.md").read_text()
     assert md.startswith("# The N-scaling study (paper profile)")
     assert "sampled (8 per prompt)" in md and "even-indexed held-out prompts" in md
     assert "| base |" in md and "| late_start | 8 |" in md
-    rows = (paper_study["work"] / "results/study/summary.csv").read_text().splitlines()
+    rows = (paper_study["work"] / "results/paper-study/study/summary.csv").read_text().splitlines()
     assert len(rows) == 1 + 3 + 1  # base N = 2, 4, 8; late_start N = 8 (compared with the base N=2 arm)

@@ -84,7 +84,7 @@ def project(tmp_path_factory):
 
 
 def test_outputs_and_csv_contract(project):
-    theory = project["work"] / "results/theory"
+    theory = project["work"] / "results/ci/theory"
     for name in ("simulation.csv", "figure3.png", "summary.md", "summary.csv",
                  "extended_sweep.csv", "extended_sweep.md", "extended_sweep.png"):
         assert (theory / name).stat().st_size > 0, name
@@ -127,7 +127,7 @@ def test_mlflow_has_one_tagged_run_per_rule(project):
     fig = by_rule["theory_figure3"]
     artifacts = {a.path for a in client.list_artifacts(fig.info.run_id)}
     assert {"figure3.png", "summary.md", "summary.csv", "config.json"} <= artifacts
-    frame = pd.read_csv(work / "results/theory/summary.csv").set_index("n_rollouts")
+    frame = pd.read_csv(work / "results/ci/theory/summary.csv").set_index("n_rollouts")
     assert fig.data.metrics["q_pos_at_60/n64"] == pytest.approx(frame.loc[64, "q_pos@60"])
 
 
@@ -153,8 +153,8 @@ def _digest(folder: Path) -> dict:
 
 def test_fetched_checkpoint_has_manifest_and_is_verified_on_rerun(project):
     work = project["work"]
-    model = work / "resources/models/prorl_hub"
-    manifest = json.loads((work / "resources/models/prorl_hub.manifest.json").read_text())
+    model = work / "resources/ci/models/prorl_hub"
+    manifest = json.loads((work / "resources/ci/models/prorl_hub.manifest.json").read_text())
     assert manifest["commit"] == COMMIT and manifest["repo_id"] == REPO_ID
     assert {f["path"]: f["sha256"] for f in manifest["files"]} == {
         rel: hashlib.sha256(data).hexdigest() for rel, data in project["files"].items()}
@@ -162,7 +162,7 @@ def test_fetched_checkpoint_has_manifest_and_is_verified_on_rerun(project):
     cfg = json.dumps({"repo_id": REPO_ID, "revision": "main", "source": str(project["hub"])})
     cmd = ["brorl", "fetch-model", "--rule", "fetch_checkpoint", "--profile", "ci", "--config", cfg,
            "--tracking", json.dumps({"experiment": "brorl-ci-refetch"}), "--dest", str(model),
-           "--manifest", str(work / "resources/models/prorl_hub.manifest.json")]
+           "--manifest", str(work / "resources/ci/models/prorl_hub.manifest.json")]
     assert "verified" in sh(cmd, work).stdout
     # A damaged file stops the fetch, names the file, and the folder is left as it is (never repaired).
     target = model / "model.safetensors"
@@ -181,21 +181,21 @@ def test_tiny_data_model_and_difficulty(project):
     work = project["work"]
     for task in ("add", "multiple"):
         for split in ("train", "validation", "test"):
-            assert (work / f"results/data/{task}/{split}.jsonl").stat().st_size > 0
+            assert (work / f"results/ci/data/{task}/{split}.jsonl").stat().st_size > 0
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(work / "resources/models/sft")
-    tokenizer = AutoTokenizer.from_pretrained(work / "resources/models/sft")
+    model = AutoModelForCausalLM.from_pretrained(work / "resources/ci/models/sft")
+    tokenizer = AutoTokenizer.from_pretrained(work / "resources/ci/models/sft")
     assert model.config.model_type == "llama" and tokenizer.eos_token
-    frame = pd.read_csv(work / "results/data/difficulty_sft.csv")
+    frame = pd.read_csv(work / "results/ci/data/difficulty_sft.csv")
     assert {"id", "task", "pass_rate", "q_pos_exact"} <= set(frame.columns)
     assert len(frame) == 24 + 8  # every validation prompt of the CI profile
     assert frame["pass_rate"].between(0, 1).all()
-    assert (work / "results/data/difficulty_sft.png").stat().st_size > 10_000
+    assert (work / "results/ci/data/difficulty_sft.png").stat().st_size > 10_000
 
 
 def test_data_blend_manifest(project):
-    frame = pd.read_csv(project["work"] / "results/data/paper_data_blend.csv")
+    frame = pd.read_csv(project["work"] / "results/ci/data/paper_data_blend.csv")
     train = frame[frame.role == "train"]
     assert train["size_paper"].sum() == 136_000  # ProRL v1's blend [paper]
     assert "DeepScaleR" in " ".join(train["repo_id"].dropna())
@@ -203,23 +203,23 @@ def test_data_blend_manifest(project):
 
 def test_dvc_pull_on_a_fresh_clone_restores_outputs(project):
     work, root = project["work"], project["root"]
-    assert (work / "results/theory.dvc").exists()
+    assert (work / "results/ci/theory.dvc").exists()
     assert any(project["remote"].rglob("*")), "nothing was pushed to the DVC remote"
     dvc_files = [str(p.relative_to(work)) for p in work.rglob("*.dvc") if p.is_file()]
-    assert {"results/theory.dvc", "results/data.dvc", "resources/models/prorl_hub.dvc",
-            "resources/models/sft.dvc", "resources/models/prorl.dvc", "results/train.dvc",
-            "resources/checkpoints.dvc", "results/eval.dvc", "results/tables.dvc", "results/figures.dvc",
-            "results/study.dvc", "resources/study.dvc"} <= set(dvc_files)
-    sh(GIT + ["add", *dvc_files, "results/.gitignore", "resources/models/.gitignore"], work)
+    assert {"results/ci/theory.dvc", "results/ci/data.dvc", "resources/ci/models/prorl_hub.dvc",
+            "resources/ci/models/sft.dvc", "resources/ci/models/prorl.dvc", "results/ci/train.dvc",
+            "resources/ci/checkpoints.dvc", "results/ci/eval.dvc", "results/ci/tables.dvc", "results/ci/figures.dvc",
+            "results/ci/study.dvc", "resources/ci/study.dvc"} <= set(dvc_files)
+    sh(GIT + ["add", *dvc_files, "results/ci/.gitignore", "resources/ci/models/.gitignore"], work)
     sh(GIT + ["commit", "-qm", "track outputs"], work)
     clone = root / "clone"
     sh(["git", "clone", "-q", str(work), str(clone)], root)
-    assert not (clone / "results/theory/simulation.csv").exists()
+    assert not (clone / "results/ci/theory/simulation.csv").exists()
     sh(["dvc", "remote", "modify", "--local", "local", "url", str(project["remote"])], clone)
     sh(["brorl", "pull", "--configfile", CI_CONFIG], clone)
-    for folder in ("results/theory", "results/data", "resources/models/prorl_hub", "resources/models/sft",
-                   "resources/models/prorl", "results/train", "resources/checkpoints/n4/seed0", "results/study",
-                   "resources/study"):
+    for folder in ("results/ci/theory", "results/ci/data", "resources/ci/models/prorl_hub", "resources/ci/models/sft",
+                   "resources/ci/models/prorl", "results/ci/train", "resources/ci/checkpoints/n4/seed0", "results/ci/study",
+                   "resources/ci/study"):
         assert _digest(clone / folder) == _digest(work / folder), folder
     dry = sh(["snakemake", "-n", "--configfile", CI_CONFIG], clone)
     assert "Nothing to be done" in dry.stdout + dry.stderr
@@ -283,7 +283,7 @@ def browse_the_runs(work: Path, shots: Path) -> list[Path]:
         saved.append(browser.screenshot(shots / "1_runs_table.png"))
 
         exp_id = experiment["experiment_id"]
-        arm_run = (work / "results/train/n4/seed0/mlflow_run_id").read_text().strip()
+        arm_run = (work / "results/ci/train/n4/seed0/mlflow_run_id").read_text().strip()
         import mlflow
 
         client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
@@ -298,7 +298,7 @@ def browse_the_runs(work: Path, shots: Path) -> list[Path]:
         saved.append(browser.screenshot(shots / "2_arm_curves.png"))
         browser.viewport(1600, 2000)
 
-        cells = pd.read_csv(work / "results/tables/table3_cells.csv")
+        cells = pd.read_csv(work / "results/ci/tables/table3_cells.csv")
         run_id = next(r for ids in cells["run_ids"].dropna() for r in str(ids).replace(";", " ").split() if r)
         name = client.get_run(run_id).info.run_name
         text = browser.open(f"{base}/#/experiments/{exp_id}/runs/{run_id}?workflowType=machine_learning",
@@ -323,22 +323,22 @@ def test_training_stage_arms_and_summary(project):
     import pandas as pd
 
     work = project["work"]
-    prorl = json.loads((work / "results/train/prorl/summary.json").read_text())
+    prorl = json.loads((work / "results/ci/train/prorl/summary.json").read_text())
     assert prorl["stopped"] in (["plateau"], ["max_steps"]) and 1 <= prorl["steps"] <= 3
-    assert (work / "resources/models/prorl/config.json").exists()
+    assert (work / "resources/ci/models/prorl/config.json").exists()
     for arm in ("n4", "n16", "schedule"):
-        folder = work / f"results/train/{arm}/seed0"
+        folder = work / f"results/ci/train/{arm}/seed0"
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["generated_samples"] >= 32  # at least one step ...
         assert summary["sample_budget"] <= 256      # ... within the equal budget
         rows = pd.read_csv(folder / "metrics.csv")
         assert rows["arm_generated_samples"].is_monotonic_increasing
-        assert (work / f"resources/checkpoints/{arm}/seed0/model.safetensors").exists()
-    sched = pd.read_csv(work / "results/train/schedule/seed0/metrics.csv")
+        assert (work / f"resources/ci/checkpoints/{arm}/seed0/model.safetensors").exists()
+    sched = pd.read_csv(work / "results/ci/train/schedule/seed0/metrics.csv")
     assert sorted(sched["stage_n_rollouts"].unique()) == [4, 16]
-    md = (work / "results/train/summary.md").read_text()
+    md = (work / "results/ci/train/summary.md").read_text()
     assert "ProRL stalls" in md and "pass rate rises with N" in md and "| n16 |" in md
-    assert (work / "results/data/difficulty_prorl.csv").exists()
+    assert (work / "results/ci/data/difficulty_prorl.csv").exists()
 
 
 def test_evaluation_and_paper_tables_trace_to_their_runs(project):
@@ -350,29 +350,29 @@ def test_evaluation_and_paper_tables_trace_to_their_runs(project):
     models = ["prorl", "n4-seed0", "n16-seed0", "schedule-seed0"]
     for model in models:
         for bench, size in (("tiny_add", 16), ("tiny_multiple", 8)):
-            record = json.loads((work / f"results/eval/{model}/{bench}.json").read_text())
+            record = json.loads((work / f"results/ci/eval/{model}/{bench}.json").read_text())
             assert record["k"] == 4 and len(record["samples"]) == size
             assert all(len(x["correct"]) == 4 for x in record["samples"])
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
     exp = client.get_experiment_by_name("brorl-ci")
     run = client.search_runs([exp.experiment_id], filter_string="tags.rule = 'evaluate' and "
                              "tags.`wildcard.model` = 'n16-seed0' and tags.`wildcard.benchmark` = 'tiny_add'")[0]
-    record = json.loads((work / "results/eval/n16-seed0/tiny_add.json").read_text())
+    record = json.loads((work / "results/ci/eval/n16-seed0/tiny_add.json").read_text())
     assert run.data.metrics["mean_at_k"] == pytest.approx(record["metrics"]["mean_at_k"])
-    cells = pd.read_csv(work / "results/tables/table3_cells.csv")
+    cells = pd.read_csv(work / "results/ci/tables/table3_cells.csv")
     cell = cells[(cells.source != "paper") & (cells.column == "tiny_add") & cells.row.str.contains("n16")].iloc[0]
     assert cell["value"] == pytest.approx(100 * record["metrics"]["mean_at_k"])
     assert run.info.run_id in cell["run_ids"]
     for name in ("table1", "table2", "table3", "table4", "table5", "ttest"):
-        md = (work / f"results/tables/{name}.md").read_text()
+        md = (work / f"results/ci/tables/{name}.md").read_text()
         assert "| paper |" in md and "ours (ci)" in md, name
-    assert "not in the ci profile" in (work / "results/tables/table5.md").read_text()
+    assert "not in the ci profile" in (work / "results/ci/tables/table5.md").read_text()
     for name in ("figure1", "figure3", "figure4", "passk"):
-        assert (work / f"results/figures/{name}.png").stat().st_size > 10_000
-    frame = pd.read_csv(work / "results/tables/throughput.csv")
+        assert (work / f"results/ci/figures/{name}.png").stat().st_size > 10_000
+    frame = pd.read_csv(work / "results/ci/tables/throughput.csv")
     assert sorted(zip(frame.n_rollouts, frame.engine)) == sorted((n, e) for n in (4, 16) for e in ("prefix_tree", "hf"))
     assert (frame.samples == 64).all() and (frame.samples_per_s > 0).all()
-    assert "1.98x" in (work / "results/tables/throughput.md").read_text()
+    assert "1.98x" in (work / "results/ci/tables/throughput.md").read_text()
     sh(["snakemake", "--report", "report-tables.html", "--configfile", CI_CONFIG], work)
     assert "Paper tables" in (work / "report-tables.html").read_text(errors="replace")
 
@@ -384,10 +384,10 @@ def test_study_summary_names_its_runs_and_every_axis_ran(project):
     import mlflow
 
     work = project["work"]
-    frame = pd.read_csv(work / "results/study/summary.csv", keep_default_na=False)  # reused_from: "" or a setting
+    frame = pd.read_csv(work / "results/ci/study/summary.csv", keep_default_na=False)  # reused_from: "" or a setting
     assert sorted(set(frame.setting)) == ["base", "equal_time", "factorial_8s", "factorial_s", "fewer_prompts", "fresh",
                                           "late_start", "paper_comparison", "paper_comparison_x2"]
-    md = (work / "results/study/summary.md").read_text()
+    md = (work / "results/ci/study/summary.md").read_text()
     for setting in set(frame.setting):
         assert f"| {setting} | 16 |" in md
     # issue 16: the paper comparison's arms are the factorial's (4, S) and (16, 8S) cells, run once under the name
@@ -395,17 +395,17 @@ def test_study_summary_names_its_runs_and_every_axis_ran(project):
     owner = {(r.setting, r.n): r.reused_from or r.setting for r in frame.itertuples()}
     assert owner[("paper_comparison", 4)] == owner[("factorial_s", 4)] == "factorial_s"
     assert owner[("paper_comparison", 16)] == owner[("factorial_8s", 16)] == "factorial_8s"
-    pc16 = json.loads((work / "results/study/factorial_8s/n16/seed0/summary.json").read_text())
+    pc16 = json.loads((work / "results/ci/study/factorial_8s/n16/seed0/summary.json").read_text())
     assert pc16["prompts_per_step"] == [16] and pc16["steps"] == 1 and pc16["generated_samples"] == 256
     for section in ("## BroRL's comparison", "## The 2x2 factorial", "| interaction |", "## The compute budget",
                     "| paper_comparison | 2x | 512 |", "## The premise", "Not resolved or not testable:",
                     "| claim | what was compared | Δ | seed-level p | prompt-level p | reading |"):
         assert section in md, section
-    assert (work / "results/study/budget.png").exists() and (work / "results/study/saturation.png").exists()
+    assert (work / "results/ci/study/budget.png").exists() and (work / "results/ci/study/saturation.png").exists()
     assert any(f"**{v}**" in md for v in ("won", "lost", "tied", "not testable")) and "settings, lost in" in md
-    seeds = pd.read_csv(work / "results/study/seeds.csv")  # per-seed values, the unit of every test
+    seeds = pd.read_csv(work / "results/ci/study/seeds.csv")  # per-seed values, the unit of every test
     assert len(seeds) == sum(len(r.runs.split()) for r in frame.itertuples())
-    verdicts = pd.read_csv(work / "results/study/verdicts.csv")
+    verdicts = pd.read_csv(work / "results/ci/study/verdicts.csv")
     assert set(frame.setting) <= set(verdicts.comparison)
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{work / 'mlflow.db'}")
     for row in frame.itertuples():
@@ -414,19 +414,19 @@ def test_study_summary_names_its_runs_and_every_axis_ran(project):
             assert run.data.tags["rule"] == "study_arm"
             assert json.loads(run.data.tags["wildcards"])["setting"] == (row.reused_from or row.setting)
             assert "heldout/all/mean_at_k" in run.data.metrics
-    timed = json.loads((work / "results/study/equal_time/n16/seed0/summary.json").read_text())
+    timed = json.loads((work / "results/ci/study/equal_time/n16/seed0/summary.json").read_text())
     assert timed["stopped"] == ["time_budget"] and timed["sample_budget"] == 0
     assert timed["steps"] == 1  # stopped on its clock at the first step's end, far below its step cap
-    fewer = json.loads((work / "results/study/fewer_prompts/n16/seed0/summary.json").read_text())
+    fewer = json.loads((work / "results/ci/study/fewer_prompts/n16/seed0/summary.json").read_text())
     assert fewer["prompts_per_step"] == [2] and fewer["generated_samples"] == 128 and fewer["steps"] == 4
-    fixed = sum(1 for _ in open(work / "results/data/add/train.jsonl"))
-    fresh = sum(1 for _ in open(work / "results/study/data_fresh/add/train.jsonl"))
+    fixed = sum(1 for _ in open(work / "results/ci/data/add/train.jsonl"))
+    fresh = sum(1 for _ in open(work / "results/ci/study/data_fresh/add/train.jsonl"))
     assert (fixed, fresh) == (64, 256)
-    assert (work / "results/study/data_fresh/add/test.jsonl").read_text() == (
-        work / "results/data/add/test.jsonl").read_text()
-    late = json.loads((work / "results/study/prorl_late/summary.json").read_text())
-    assert late["steps"] == 2 and late["stage_summaries"][0]["init_model_dir"].endswith("resources/models/prorl")
-    held = json.loads((work / "results/study/base/n16/seed0/heldout.json").read_text())
+    assert (work / "results/ci/study/data_fresh/add/test.jsonl").read_text() == (
+        work / "results/ci/data/add/test.jsonl").read_text()
+    late = json.loads((work / "results/ci/study/prorl_late/summary.json").read_text())
+    assert late["steps"] == 2 and late["stage_summaries"][0]["init_model_dir"].endswith("resources/ci/models/prorl")
+    held = json.loads((work / "results/ci/study/base/n16/seed0/heldout.json").read_text())
     assert held["all"]["prompts"] == 16 + 8 and 0 <= held["all"]["pass@1"] <= held["all"]["pass@256"] <= 1
     sh(["snakemake", "--report", "report-study.html", "--configfile", CI_CONFIG], work)
     assert "Study" in (work / "report-study.html").read_text(errors="replace")
@@ -451,19 +451,19 @@ def test_sigkilled_training_job_resumes_on_the_same_snakemake_command(project):
     import mlflow
 
     work = project["work"]
-    results = work / "results/train/n4/seed0"
+    results = work / "results/ci/train/n4/seed0"
     reference = pd.read_csv(results / "metrics.csv")
     assert len(reference) >= 4
-    for path in (results, work / "resources/checkpoints/n4/seed0", work / "resources/work/n4/seed0"):
+    for path in (results, work / "resources/ci/checkpoints/n4/seed0", work / "resources/ci/work/n4/seed0"):
         subprocess.run(["rm", "-rf", str(path)], check=True)
-    cmd = ["snakemake", "resources/checkpoints/n4/seed0", "--cores", "1", "--configfile", CI_CONFIG]
+    cmd = ["snakemake", "resources/ci/checkpoints/n4/seed0", "--cores", "1", "--configfile", CI_CONFIG]
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
     env.pop("MLFLOW_TRACKING_URI", None)
     snake = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed = []
     deadline = time.time() + 1200  # a hang guard, not a speed limit
     while time.time() < deadline and snake.poll() is None and not killed:
-        done = [int(p.name.split("-")[-1]) for p in (work / "resources/work/n4/seed0").glob("stage0-n4-*/checkpoints/"
+        done = [int(p.name.split("-")[-1]) for p in (work / "resources/ci/work/n4/seed0").glob("stage0-n4-*/checkpoints/"
                 "checkpoint-*") if (p / "brorl_checkpoint.json").exists()]
         if done and max(done) >= 2:
             for pid in _pids_running("train-arm", "--arm", "n4"):
@@ -477,7 +477,7 @@ def test_sigkilled_training_job_resumes_on_the_same_snakemake_command(project):
 
     rerun = sh(cmd, work)
     log = rerun.stdout + rerun.stderr
-    assert "resuming from" in (work / "logs/train/n4/seed0.log").read_text(), log[-3000:]
+    assert "resuming from" in (work / "logs/ci/train/n4/seed0.log").read_text(), log[-3000:]
     resumed = pd.read_csv(results / "metrics.csv")
     assert list(resumed["arm_step"]) == list(reference["arm_step"])
     for col in ("reward_mean", "kept_prompts", "generated_samples"):

@@ -50,8 +50,10 @@ def test_a_task_list_beside_pick_is_refused_naming_the_key(where, key):
         validate_config(cfg)
 
 
-def test_the_small_dag_trains_and_evaluates_what_the_scan_picks():
+def test_the_small_dag_trains_and_evaluates_what_the_scan_picks(tmp_path):
     out = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--configfile",
-                          "config/small.yaml"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
-    commands = [line for line in out.splitlines() if "--picked-tasks results/data/rg_difficulty_tasks.csv" in line]
+                          str(PROJECT_ROOT / "config/small.yaml"), "--directory", str(tmp_path), "--snakefile",
+                          str(PROJECT_ROOT / "Snakefile")], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    commands = [line for line in out.splitlines() if "--picked-tasks results/small/data/rg_difficulty_tasks.csv" in line]
     assert any("brorl train-data" in c for c in commands) and any("brorl prepare-benchmark" in c for c in commands)

@@ -232,7 +232,7 @@ def test_paper_arm_dag_through_the_slurm_executor(tmp_path_factory):
     work = root / "work"
     work.mkdir()
     (work / "paper_arm.yaml").write_text(yaml.safe_dump(paper_arm_config(source)))
-    target = f"results/train/{ARM}/seed0/summary.json"
+    target = f"results/paper/train/{ARM}/seed0/summary.json"
     cmd = ["snakemake", "--profile", str(PROJECT_ROOT / "profiles/slurm"), "--profile",
            str(PROJECT_ROOT / "profiles/slurm-local"), "--configfile", str(work / "paper_arm.yaml"),
            "--snakefile", str(PROJECT_ROOT / "Snakefile"), "--directory", str(work), "--", target]
@@ -243,7 +243,7 @@ def test_paper_arm_dag_through_the_slurm_executor(tmp_path_factory):
     log = run.stdout + run.stderr
     (record / "snakemake.log").write_text(log)
     jobs = slurm_records(work)
-    arm_log = work / f"logs/train/{ARM}/seed0.log"
+    arm_log = work / f"logs/paper/train/{ARM}/seed0.log"
     if arm_log.exists():
         (record / "train_arm.log").write_text(arm_log.read_text())
     (record / "scontrol_show_job.txt").write_text(scontrol_show(j["JobId"] for j in jobs))

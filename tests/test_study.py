@@ -33,7 +33,10 @@ def test_study_profile_runs_the_issue_geometry():
     assert all(s.max_rounds == 1 for s in base.values()) and base[512].prompts_per_step >= 32
     # the other sections of the default profile are the same, so a study run reuses its data, SFT and ProRL stage
     default = load_config(PROJECT_ROOT / "config/config.yaml")
-    assert {k: v for k, v in cfg.items() if k != "study"} == default
+    # (the overlay's own output root, brorl.layout: the study under results/tiny-study/, the rest reused from tiny)
+    assert cfg["profile"] == {**default["profile"], "overlay": "study", "reuses": ["theory", "start", "arms"]}
+    assert {k: v for k, v in cfg.items() if k not in ("study", "profile")} == {
+        k: v for k, v in default.items() if k != "profile"}
     plan = study_plan(rl, study)
     assert plan["fewer_prompts"] == {16: BASE, 512: "fewer_prompts"}  # only N=512 changes: N=16 is reused
     assert all(plan[s] == {16: s, 512: s} for s in ("paper_prompts", "fresh", "no_kl", "late_start", "lr_sqrt",
@@ -190,7 +193,8 @@ def test_sampled_heldout_agrees_with_the_exact_one(tmp_path):
 
 def paper_study_cfg():
     cfg = load_config(PROJECT_ROOT / "config/paper.yaml")
-    return {**cfg, **yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text())}
+    study = yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text())
+    return {**cfg, **study, "profile": {**cfg["profile"], **study["profile"]}}  # the overlay's roots: paper-study
 
 
 def test_paper_study_plan_starts_from_the_fetched_checkpoint():
@@ -202,8 +206,9 @@ def test_paper_study_plan_starts_from_the_fetched_checkpoint():
     rl, study = cfg["rl"], cfg["study"]
     profile = Profile.from_config(cfg)
     assert study_errors(cfg) == []
-    assert starts(profile, rl) == {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
-    assert pools(profile) == {"fixed": "results/data/rl"}
+    assert starts(profile, rl) == {"plateau": "resources/paper/models/prorl",
+                                   "late": "resources/paper-study/study/prorl_late"}  # the study's own root
+    assert pools(profile) == {"fixed": "results/paper/data/rl"}  # the reused start group's: the base's root
     # the base comparison is BroRL's Table 1: N=16 x 512 prompts vs N=512 x 128 (8x the samples per step), sqrt lr
     base = {n: RLSettings.from_dict(stage_for(rl, study, BASE, n, 0)) for n in study["ns"]}
     assert base[512].prompts_per_step == 128 and base[16].prompts_per_step == 512

@@ -33,35 +33,35 @@ def test_premise_and_tail_pool_rules_run_end_to_end(tmp_path):
     sh(GIT + ["add", "-A"], work)
     sh(GIT + ["commit", "-qm", "test copy"], work)
     files = ["--configfile", "tests/configs/ci.yaml", CONFIG]
-    plan = sh(["snakemake", "-n", "--quiet", "rules", *files, "--", "results/study/summary.md"], work).stdout
+    plan = sh(["snakemake", "-n", "--quiet", "rules", *files, "--", "results/ci/study/summary.md"], work).stdout
     counts = {line.split()[0]: int(line.split()[1]) for line in plan.splitlines()
               if len(line.split()) == 2 and line.split()[1].isdigit()}
     assert counts["study_premise"] == 1 and counts["study_tail_pool"] == 1 and counts["study_arm"] == 4
     assert "study_pool" not in counts and "study_start" not in counts  # no fresh pool, no late start: not needed
-    sh(["snakemake", "--cores", "2", *files, "--", "results/study/summary.md"], work, timeout=1200)
+    sh(["snakemake", "--cores", "2", *files, "--", "results/ci/study/summary.md"], work, timeout=1200)
 
-    pool = json.loads((work / "results/study/data_tail/tail_pool.json").read_text())
+    pool = json.loads((work / "results/ci/study/data_tail/tail_pool.json").read_text())
     assert pool["kept"] >= 1 and pool["candidates"] > pool["kept"]
-    train = [json.loads(line) for f in (work / "results/study/data_tail").glob("*/train.jsonl") for line in open(f)]
+    train = [json.loads(line) for f in (work / "results/ci/study/data_tail").glob("*/train.jsonl") for line in open(f)]
     assert len(train) == pool["kept"] and all(1 / 512 < r["start_pass_rate"] < 1 / 16 for r in train)
-    fixed = {json.loads(line)["prompt"] for f in (work / "results/data").glob("*/train.jsonl") for line in open(f)}
+    fixed = {json.loads(line)["prompt"] for f in (work / "results/ci/data").glob("*/train.jsonl") for line in open(f)}
     assert not fixed & {r["prompt"] for r in train}  # fresh: none of the start's own training prompts
-    assert sum(1 for _ in open(work / "results/study/data_tail/add/test.jsonl")) == 64
+    assert sum(1 for _ in open(work / "results/ci/study/data_tail/add/test.jsonl")) == 64
 
     def stage(path):  # an arm's summary.json: its one stage's summary (settings, why it stopped)
-        return json.loads((work / "results/study" / path / "summary.json").read_text())["stage_summaries"][0]
+        return json.loads((work / "results/ci/study" / path / "summary.json").read_text())["stage_summaries"][0]
 
     premise = stage("premise/seed0")
     assert premise["settings"]["plateau_rule"] == "slope" and premise["stopped"] in ("plateau", "sample_budget")
     assert stage("tail_comparison_refill/n4/seed0")["settings"]["max_rounds"] == 3
     plain = stage("tail_comparison/n4/seed0")
     assert plain["settings"]["max_rounds"] == 1 and plain["generated_samples"] == 4 * 32  # one round: exactly S x steps
-    held = json.loads((work / "results/study/tail_comparison/n16/seed0/heldout.json").read_text())
+    held = json.loads((work / "results/ci/study/tail_comparison/n16/seed0/heldout.json").read_text())
     assert held["train_pool"]["prompts"] == pool["kept"]
     assert held["train_pool"]["q_pos_start"] == pytest.approx(sum(r["start_pass_rate"] for r in train) / len(train),
                                                               rel=1e-4)
 
-    md = (work / "results/study/summary.md").read_text().splitlines()
+    md = (work / "results/ci/study/summary.md").read_text().splitlines()
     assert md[2].startswith("**Premise met at" if premise["stopped"] == "plateau" else
                             "**Premise: did not plateau within budget 640 samples**")
     text = "\n".join(md)

@@ -7,6 +7,7 @@
     brorl theory-sweep     --config '<json>' --csv ... --md ... --png ...
     brorl dvc-track results/theory [--push]
     brorl pull [--configfile config/config.yaml config/strong.yaml]
+    brorl migrate-layout --configfile config/config.yaml [--dry-run]
 
 Rule sub-commands take the config section they consume as JSON (``--config``), the rule's name and wildcards
 for the run's tags, and what every rule shares: the MLflow settings (``--tracking``) and the declared profile
@@ -77,9 +78,14 @@ def _run(args, params: dict | None = None, **wildcards):
     """The rule's MLflow run (brorl.tracking.rule_run); ``wildcards``: tags beside ``--wildcard``'s."""
     from brorl.tracking import rule_run
 
-    return rule_run(args.rule, profile=_profile(args).name, config=json.loads(args.config),
+    profile = _profile(args)
+    try:  # the root the rule's outputs belong to (brorl.layout): the tables read each group's root only
+        root = profile.layout.run_root(args.rule)
+    except KeyError:
+        root = profile.layout.root
+    return rule_run(args.rule, profile=profile.name, config=json.loads(args.config),
                     wildcards={**dict(w.split("=", 1) for w in args.wildcard), **wildcards},
-                    tracking=json.loads(args.tracking), params=params)
+                    tracking=json.loads(args.tracking), params=params, root=root)
 
 
 def _arm_flags(arm: str, data: str | None, results: str) -> list[tuple[str, dict]]:
@@ -222,6 +228,17 @@ COMMANDS = {  # in `brorl --help` order
     "dvc-track": cmd(
         "dvc add (and push) output folders", "brorl.tracking:dvc_track", lambda a, f: f(a.paths, push=a.push),
         opt("paths", nargs="+"), opt("--push", action="store_true"), run=None),
+    "root": cmd(
+        "print the output root of a config (brorl.layout): its own, or with --group the root a stage group writes under",
+        "brorl.layout:run_root", lambda a, f: f(a.configfile, a.group),
+        opt("--configfile", nargs="+", required=True, help="a base and its overlays, as for snakemake"),
+        opt("--group", default=None, help="theory, start, arms or study"), run=None),
+    "migrate-layout": cmd(
+        "move a checkout's old-layout outputs (results/theory, ... at the top) under the roots of the config that "
+        "wrote them (issue 32)", "brorl.layout:run_migrate_layout", lambda a, f: f(a.configfile, dry_run=a.dry_run),
+        opt("--configfile", nargs="+", required=True,
+            help="the config the old outputs were made with: a base and its overlays, as for snakemake"),
+        opt("--dry-run", action="store_true", help="print the moves only"), run=None),
     "pull": cmd(
         "dvc pull + snakemake --touch (restore outputs on a fresh clone)", "brorl.tracking:pull",
         lambda a, f: f(a.targets, a.configfile), opt("targets", nargs="*", help="DVC targets (default: everything)"),

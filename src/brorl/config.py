@@ -35,8 +35,9 @@ import yaml
 from brorl.paths import PROJECT_ROOT, SCHEMA_PATH  # noqa: F401 -- PROJECT_ROOT: for the callers that read both
 
 
-Checks = Callable[[dict], list]
-"""More checks of a config the schema accepts: ``checks(config)`` -> error messages, each starting with its key."""
+Checks = Callable[[dict, list], list]
+"""More checks of a config the schema accepts: ``checks(config, sources)`` -> error messages, each starting with its
+key (``sources``: the files it was merged from, or None)."""
 
 
 class ConfigError(ValueError):
@@ -255,7 +256,7 @@ def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,
         errors.append("(top-level keys are missing: is this an overlay? Give its base first, as in "
                       "`--configfile config/config.yaml config/strong.yaml`)")
     if not errors:
-        errors = cross_field_errors(config) + (checks(config) if checks else [])
+        errors = cross_field_errors(config) + (checks(config, sources) if checks else [])
     if errors:
         if sources:
             errors = [f"{where}: {e}" if (where := _origin(e, sources)) else e for e in errors]

@@ -37,10 +37,16 @@ from brorl.tasks import families
 from brorl.training import arms, launch, memory
 
 
-def config_errors(config: dict) -> list[str]:
-    """Every package's check of a config the schema accepts (the table above), in order."""
+def config_errors(config: dict, sources: list[ConfigFile] | None = None) -> list[str]:
+    """Every package's check of a config the schema accepts (the table above), in order; with ``sources`` (the files
+    merged), an overlay's reused stage groups against its base (brorl.layout, issue 32)."""
+    from brorl.layout import layout_errors
+
     errors = families.config_errors(config)
-    profile = Profile.from_config(config)  # the schema has checked the block
+    block = config["profile"]  # the schema has checked the block; the roots are checked here (brorl.layout)
+    if roots := layout_errors(block.get("name"), block.get("overlay"), block.get("reuses") or ()):
+        return errors + roots
+    profile = Profile.from_config(config)
     errors += profile.config_errors(config)
     if isinstance(config.get("rl"), dict):
         errors += arms.plan_errors(config["rl"], profile.trains_start)
@@ -53,7 +59,27 @@ def config_errors(config: dict) -> list[str]:
         errors += study_errors(config)
     errors += benchmarks.config_errors(config, profile)
     errors += rg_difficulty.config_errors(config)
+    if not errors and sources:
+        errors = _reuse_errors(config, sources)
     return errors
+
+
+def _reuse_errors(config: dict, sources: list[ConfigFile]) -> list[str]:
+    """An overlay's reused stage groups against its base (the files before the first that declares
+    ``profile.overlay``, with the same ``--config`` values): brorl.layout.reuse_errors."""
+    from brorl.config import merge_configs
+    from brorl.layout import base_files, reuse_errors
+
+    profile = Profile.from_config(config)
+    if not profile.reuses:
+        return []
+    base_sources = base_files(sources)
+    if not base_sources or len(base_sources) == len(sources):
+        return []
+    base = merge_configs([f.data for f in base_sources] + [f.data for f in sources if f.name == "--config"])
+    if "profile" not in base:
+        return []
+    return reuse_errors(base, config, profile.layout)
 
 
 def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,

@@ -38,8 +38,9 @@ class Source(Protocol):
     kind: str
     start: str
     """The ``profile.start`` it pairs with (:data:`STARTS`)."""
-    data_dir: str
-    """Where its splits are: ``<data_dir>/<task or source>/{train,validation,test}.jsonl``."""
+    data_subdir: str
+    """Where its splits are under the start group's results root (brorl.layout):
+    ``results/<root>/<data_subdir>/<task or source>/{train,validation,test}.jsonl`` (:meth:`Profile.data_dir`)."""
     exact_heldout: bool
     """Held-out p exactly (every answer enumerable) or sampled and scored by the reward."""
 
@@ -76,8 +77,14 @@ class Profile:
     start: str = "trained"
     data: str = "tasks"
     pins: str = "optional"
+    overlay: str | None = None
+    """An overlay's own name (its outputs under ``results/<name>-<overlay>/``; brorl.layout); none for a base."""
+    reuses: tuple[str, ...] = ()
+    """The stage groups an overlay takes from its base's root (brorl.layout.GROUPS)."""
 
     def __post_init__(self):
+        object.__setattr__(self, "reuses", tuple(self.reuses))
+        self.layout  # checks the roots (brorl.layout.Layout)
         for key, value, allowed in (("start", self.start, STARTS), ("data", self.data, tuple(sources())),
                                     ("pins", self.pins, PINS)):
             if value not in allowed:
@@ -99,6 +106,18 @@ class Profile:
         return json.dumps(asdict(self), sort_keys=True)
 
     @property
+    def layout(self):
+        """Where this run's outputs live (brorl.layout.Layout): its own root and its base's for reused groups."""
+        from brorl.layout import Layout
+
+        return Layout(self.name, self.overlay, self.reuses)
+
+    @property
+    def data_dir(self) -> str:
+        """The arms' data folder: the data source's folder under the start group's root."""
+        return self.layout.results("start", self.source.data_subdir)
+
+    @property
     def trains_start(self) -> bool:
         """The arms start from the ProRL stage trained here (else from the fetched ``rl.start_model``)."""
         return self.start == "trained"
@@ -113,7 +132,7 @@ class Profile:
 
     def start_model(self, rl: dict) -> str:
         """The folder the arms start from."""
-        return "resources/models/prorl" if self.trains_start else f"resources/models/{rl['start_model']}"
+        return self.layout.resources("start", "models", "prorl" if self.trains_start else rl["start_model"])
 
     def config_errors(self, config: dict) -> list[str]:
         """The config check (brorl.pipeline.config_errors): the sections this profile needs (``start``, ``data``)

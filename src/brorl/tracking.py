@@ -274,26 +274,28 @@ def _create_experiment(cfg: dict) -> str:
     raise RuntimeError(f"could not create MLflow experiment {cfg['experiment']!r} in {cfg['uri']}")
 
 
-def _close_killed_runs(experiment_id: str, rule: str, wildcards: str) -> None:
+def _close_killed_runs(experiment_id: str, rule: str, wildcards: str, root: str | None = None) -> None:
     """A job killed by SIGKILL cannot end its MLflow run, which stays RUNNING. Snakemake never runs one job
-    twice at once, so when the job starts again, earlier RUNNING runs of the same rule and wildcards are dead:
-    mark them KILLED (the rerun's own run is the one a table cell should cite)."""
+    twice at once, so when the job starts again, earlier RUNNING runs of the same rule, wildcards and output root
+    are dead: mark them KILLED (the rerun's own run is the one a table cell should cite). Another root's run is
+    another job (an overlay's, which may run beside the base's: brorl.layout)."""
     import mlflow
 
     client = mlflow.MlflowClient()
     for run in client.search_runs([experiment_id], filter_string=f"tags.rule = '{rule}' and "
                                   "attributes.status = 'RUNNING'"):
-        if run.data.tags.get("wildcards") == wildcards:
+        if run.data.tags.get("wildcards") == wildcards and run.data.tags.get("root") == root:
             client.set_terminated(run.info.run_id, status="KILLED")
 
 
 @contextmanager
 def rule_run(rule: str, *, profile: str, config: dict, wildcards: dict | None = None,
-             tracking: dict | None = None, params: dict | None = None) -> Iterator[Any]:
+             tracking: dict | None = None, params: dict | None = None, root: str | None = None) -> Iterator[Any]:
     """Open the MLflow run of one rule; yields the active :class:`mlflow.ActiveRun`.
 
     ``config`` is the config section the rule consumed: it is logged as params (flattened), as a
-    ``config.json`` artifact, and hashed into the ``config_hash`` tag.
+    ``config.json`` artifact, and hashed into the ``config_hash`` tag. ``root``: the output root the rule writes
+    under (brorl.layout; the ``root`` tag the tables select runs by).
     """
     import mlflow
 
@@ -307,9 +309,10 @@ def rule_run(rule: str, *, profile: str, config: dict, wildcards: dict | None = 
         "git_commit": git_commit(),
         "profile": profile,
         "config_hash": config_hash(config),
+        **({"root": root} if root else {}),
         **{f"wildcard.{k}": str(v) for k, v in wildcards.items()},
     }
-    _close_killed_runs(experiment_id, rule, tags["wildcards"])
+    _close_killed_runs(experiment_id, rule, tags["wildcards"], root)
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=tags) as run:
         flat = flatten({**config, **(params or {})})
         items = list(flat.items())
@@ -367,18 +370,38 @@ def dvc_track(paths: list[str], push: bool = False) -> None:
     print(f"[dvc-track] tracked {', '.join(paths)}" + (" and pushed" if push else ""))
 
 
+def pull_targets(configfile: list[str] | None = None, project: str | Path = ".") -> list[str]:
+    """The ``.dvc`` files of one config's roots (brorl.layout): its own and, for the groups an overlay reuses, its
+    base's; a checkout holding several profiles' outputs restores each profile on its own."""
+    from brorl.config import load_config
+    from brorl.layout import GROUPS
+    from brorl.profile import Profile
+
+    layout = Profile.from_config(load_config(*(configfile or ["config/config.yaml"]))).layout
+    roots = sorted({layout.root_of(group) for group in GROUPS})
+    return sorted(str(p.relative_to(project)) if Path(project) != Path(".") else str(p)
+                  for root in roots for top in ("results", "resources")
+                  for p in (Path(project) / top / root).rglob("*.dvc"))
+
+
 def pull(targets: list[str], configfile: list[str] | None = None) -> None:
-    """`dvc pull`, then mark the restored outputs up to date for Snakemake.
+    """`dvc pull` of one profile's outputs (``targets``, default: the .dvc files of its roots), then mark them up
+    to date for Snakemake.
 
     A fresh clone has no .snakemake metadata and `dvc pull` writes files with fresh mtimes in arbitrary
     order, so without `--touch` Snakemake would plan to rebuild outputs that were just restored.
     """
+    targets = targets or pull_targets(configfile)
+    if not targets:
+        raise SystemExit("pull: no .dvc files under this config's roots (results/<root>/, resources/<root>/): "
+                         "nothing of this profile was tracked here; run the pipeline, or check --configfile")
     subprocess.run(["dvc", "pull", *targets], check=True)
     cmd = ["snakemake", "--touch", "--cores", "1", "--quiet", "all"]
     if configfile:
         cmd += ["--configfile", *configfile]
     subprocess.run(cmd, check=True)
-    print("[pull] outputs restored and marked up to date; `snakemake -n` should report nothing to do")
+    print(f"[pull] {len(targets)} .dvc target(s) restored and marked up to date; `snakemake -n` with the same "
+          "--configfile should report nothing to do")
 
 
 UI_VIEW = "workflowType=machine_learning"

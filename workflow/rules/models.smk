@@ -10,14 +10,15 @@
 # sleep rather than spin while they wait (on a busy shared machine, spinning made 2-thread jobs 5-15x slower).
 ALL_CORES = "OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
 TASKS = PROFILE.data == "tasks"  # the tiny task suite is the arms' data (profile.data)
+TASK_DIR = at("start", "results/data")  # the tiny tasks' folder
 TRAINED = PROFILE.trains_start  # the model is trained here: SFT, then the ProRL stage (profile.start)
 TASK_FILES = (
-    [f"results/data/{task}/{split}.jsonl" for task in config["tasks"]["tasks"]
-     for split in ("train", "validation", "test")] + ["results/data/tasks.json"]
+    [at("start", f"results/data/{task}/{split}.jsonl") for task in config["tasks"]["tasks"]
+     for split in ("train", "validation", "test")] + [at("start", "results/data/tasks.json")]
     if TASKS else []
 )
-MODEL_OUTPUTS = ["resources/models/sft"] if TRAINED else []
-DATA_OUTPUTS += TASK_FILES + (["results/data/difficulty_sft.csv", "results/data/difficulty_sft.png"]
+MODEL_OUTPUTS = [at("start", "resources/models/sft")] if TRAINED else []
+DATA_OUTPUTS += TASK_FILES + ([at("start", "results/data/difficulty_sft.csv"), at("start", "results/data/difficulty_sft.png")]
                               if TRAINED else [])
 
 if TASKS:
@@ -28,16 +29,16 @@ if TASKS:
         params:
             cfg=as_json(config["tasks"]),
         log:
-            "logs/data/tiny_tasks.log",
+            at("start", "logs/data/tiny_tasks.log"),
         benchmark:
-            "logs/benchmarks/tiny_tasks.tsv"
+            at("start", "logs/benchmarks/tiny_tasks.tsv")
         threads: workflow.cores  # a few seconds; it keeps the theory jobs from taking a core the SFT waits for
         priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
             "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule} --config {params.cfg:q}"
-            " --out results/data 2>&1 | tee {log}"
+            f" --out {TASK_DIR} 2>&1 | tee {{log}}"
 
 if TRAINED:
 
@@ -45,29 +46,29 @@ if TRAINED:
         input:
             TASK_FILES,
         output:
-            directory("resources/models/sft"),
+            directory(at("start", "resources/models/sft")),
         params:
             cfg=as_json({"sft": config["sft"], "tasks": config["tasks"]}),
         log:
-            "logs/models/sft.log",
+            at("start", "logs/models/sft.log"),
         benchmark:
-            "logs/benchmarks/sft.tsv"
+            at("start", "logs/benchmarks/sft.tsv")
         threads: workflow.cores
         priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
             f"{ALL_CORES}brorl sft --rule {{params.rule}} --config {{params.cfg:q}}"
-            " --data results/data --out {output} 2>&1 | tee {log}"
+            f" --data {TASK_DIR} --out {{output}} 2>&1 | tee {{log}}"
 
     rule difficulty:
         input:
-            model="resources/models/{model}",
+            model=at("start", "resources/models/{model}"),
             data=TASK_FILES,
         output:
-            csv="results/data/difficulty_{model}.csv",
+            csv=at("start", "results/data/difficulty_{model}.csv"),
             png=report(
-                "results/data/difficulty_{model}.png",
+                at("start", "results/data/difficulty_{model}.png"),
                 category="Data",
                 caption="../report/difficulty.rst",
             ),
@@ -77,14 +78,14 @@ if TRAINED:
             cfg=as_json({"difficulty": config["difficulty"], "tasks": config["tasks"]}),
             title=lambda wc: {"sft": "SFT warm start", "prorl": "ProRL stage (N=16 plateau)"}[wc.model],
         log:
-            "logs/data/difficulty_{model}.log",
+            at("start", "logs/data/difficulty_{model}.log"),
         benchmark:
-            "logs/benchmarks/difficulty_{model}.tsv"
+            at("start", "logs/benchmarks/difficulty_{model}.tsv")
         threads: workflow.cores
         priority: 50
         conda:
             "../envs/brorl.yaml"
         shell:
             f"{ALL_CORES}brorl difficulty --rule {{params.rule}} --config {{params.cfg:q}}"
-            " --wildcard model={wildcards.model} --model {input.model} --data results/data"
+            f" --wildcard model={{wildcards.model}} --model {{input.model}} --data {TASK_DIR}"
             " --title {params.title:q} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

@@ -16,10 +16,12 @@ PAPER_FIGURES = {
 }
 TABLES_ON = EVAL
 TABLE_INPUTS = EVAL_OUTPUTS + ([f"{folder}/summary.json" for folder in ARM_RESULTS] if TRAIN else [])
-TABLE_PLAN = as_json({key: config.get(key) for key in ("profile", "rl", "evaluation", "checkpoints")})
+# (the profile block without an overlay's roots: tables an overlay reuses keep the base's params; brorl.layout)
+TABLE_PLAN = as_json({**{key: config.get(key) for key in ("rl", "evaluation", "checkpoints")},
+                      "profile": {k: v for k, v in config["profile"].items() if k not in ("overlay", "reuses")}})
 TABLE_OUTPUTS = (
-    [f"results/tables/{name}.{ext}" for name in PAPER_TABLES for ext in ("csv", "md")]
-    + [f"results/figures/{name}.png" for name in [*PAPER_FIGURES, "figure3"]]
+    [at("arms", f"results/tables/{name}.{ext}") for name in PAPER_TABLES for ext in ("csv", "md")]
+    + [at("arms", f"results/figures/{name}.png") for name in [*PAPER_FIGURES, "figure3"]]
     if TABLES_ON else []
 )
 
@@ -32,17 +34,17 @@ if TABLES_ON:
             input:
                 TABLE_INPUTS,
             output:
-                csv=report(f"results/tables/{_name}.csv", category="Paper tables", caption="../report/paper_table.rst",
+                csv=report(at("arms", f"results/tables/{_name}.csv"), category="Paper tables", caption="../report/paper_table.rst",
                            labels={"table": _name, "title": _title}),
-                md=f"results/tables/{_name}.md",
-                cells=f"results/tables/{_name}_cells.csv",
+                md=at("arms", f"results/tables/{_name}.md"),
+                cells=at("arms", f"results/tables/{_name}_cells.csv"),
             params:
                 name=_name,
                 cfg=TABLE_PLAN,
             log:
-                f"logs/tables/{_name}.log",
+                at("arms", f"logs/tables/{_name}.log"),
             benchmark:
-                f"logs/benchmarks/paper_{_name}.tsv"
+                at("arms", f"logs/benchmarks/paper_{_name}.tsv")
             threads: 1
             conda:
                 "../envs/brorl.yaml"
@@ -59,16 +61,16 @@ if TABLES_ON:
             input:
                 TABLE_INPUTS,
             output:
-                png=report(f"results/figures/{_name}.png", category="Paper tables", caption="../report/paper_table.rst",
+                png=report(at("arms", f"results/figures/{_name}.png"), category="Paper tables", caption="../report/paper_table.rst",
                            labels={"figure": _name, "title": _title}),
-                csv=f"results/figures/{_name}.csv",
+                csv=at("arms", f"results/figures/{_name}.csv"),
             params:
                 name=_name,
                 cfg=TABLE_PLAN,
             log:
-                f"logs/tables/{_name}.log",
+                at("arms", f"logs/tables/{_name}.log"),
             benchmark:
-                f"logs/benchmarks/paper_{_name}.tsv"
+                at("arms", f"logs/benchmarks/paper_{_name}.tsv")
             threads: 1
             conda:
                 "../envs/brorl.yaml"
@@ -78,15 +80,15 @@ if TABLES_ON:
 
     rule paper_figure3:
         input:
-            "results/theory/figure3.png",
+            at("theory", "results/theory/figure3.png"),
         output:
-            report("results/figures/figure3.png", category="Paper tables", caption="../report/paper_figure3.rst"),
+            report(at("arms", "results/figures/figure3.png"), category="Paper tables", caption="../report/paper_figure3.rst"),
         params:
             cfg=TABLE_PLAN,
         log:
-            "logs/tables/figure3.log",
+            at("arms", "logs/tables/figure3.log"),
         benchmark:
-            "logs/benchmarks/paper_figure3.tsv"
+            at("arms", "logs/benchmarks/paper_figure3.tsv")
         threads: 1
         conda:
             "../envs/brorl.yaml"
@@ -95,8 +97,8 @@ if TABLES_ON:
             " --name figure3 --source {input} --png {output} 2>&1 | tee {log}"
 
 THROUGHPUT = "throughput" in config and TRAIN  # on the arms' start model (START_MODEL: training.smk)
-THROUGHPUT_OUTPUTS = ["results/tables/throughput.csv", "results/tables/throughput.md",
-                      "results/figures/throughput.png"] if THROUGHPUT else []
+THROUGHPUT_OUTPUTS = [at("start", "results/tables/throughput.csv"), at("start", "results/tables/throughput.md"),
+                      at("start", "results/figures/throughput.png")] if THROUGHPUT else []
 if THROUGHPUT:
 
     rule throughput_study:
@@ -104,16 +106,16 @@ if THROUGHPUT:
         input:
             START_INPUT,
         output:
-            csv="results/tables/throughput.csv",
-            md="results/tables/throughput.md",
-            png=report("results/figures/throughput.png", category="Paper tables", caption="../report/throughput.rst"),
+            csv=at("start", "results/tables/throughput.csv"),
+            md=at("start", "results/tables/throughput.md"),
+            png=report(at("start", "results/figures/throughput.png"), category="Paper tables", caption="../report/throughput.rst"),
         params:
             cfg=as_json(config.get("throughput", {})),
             **GPU_SLOT_PARAM,  # its own GPU on one host (common.smk)
         log:
-            "logs/tables/throughput.log",
+            at("start", "logs/tables/throughput.log"),
         benchmark:
-            "logs/benchmarks/throughput_study.tsv"
+            at("start", "logs/benchmarks/throughput_study.tsv")
         threads: workflow.cores  # alone, right after the ProRL stage (threads: workflow/rules/models.smk)
         priority: 50
         conda:

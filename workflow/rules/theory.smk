@@ -2,25 +2,25 @@
 # they fill the second core beside the training jobs (priority above the arms, so they never end the DAG).
 
 THEORY_OUTPUTS = [
-    "results/theory/simulation.csv",
-    "results/theory/figure3.png",
-    "results/theory/summary.md",
-    "results/theory/summary.csv",
-    "results/theory/extended_sweep.csv",
-    "results/theory/extended_sweep.md",
-    "results/theory/extended_sweep.png",
+    at("theory", "results/theory/simulation.csv"),
+    at("theory", "results/theory/figure3.png"),
+    at("theory", "results/theory/summary.md"),
+    at("theory", "results/theory/summary.csv"),
+    at("theory", "results/theory/extended_sweep.csv"),
+    at("theory", "results/theory/extended_sweep.md"),
+    at("theory", "results/theory/extended_sweep.png"),
 ]
 
 
 rule theory_simulation:
     output:
-        csv="results/theory/simulation.csv",
+        csv=at("theory", "results/theory/simulation.csv"),
     params:
         cfg=as_json(config["theory"]["simulation"]),
     log:
-        "logs/theory/simulation.log",
+        at("theory", "logs/theory/simulation.log"),
     benchmark:
-        "logs/benchmarks/theory_simulation.tsv"
+        at("theory", "logs/benchmarks/theory_simulation.tsv")
     threads: 1
     priority: 3
     conda:
@@ -32,16 +32,16 @@ rule theory_simulation:
 
 rule theory_figure3:
     input:
-        csv="results/theory/simulation.csv",
+        csv=at("theory", "results/theory/simulation.csv"),
     output:
         figure=report(
-            "results/theory/figure3.png",
+            at("theory", "results/theory/figure3.png"),
             category="Theory",
             caption="../report/figure3.rst",
         ),
-        summary_md="results/theory/summary.md",
+        summary_md=at("theory", "results/theory/summary.md"),
         summary_csv=report(
-            "results/theory/summary.csv",
+            at("theory", "results/theory/summary.csv"),
             category="Theory",
             caption="../report/summary.rst",
         ),
@@ -53,9 +53,9 @@ rule theory_figure3:
             }
         ),
     log:
-        "logs/theory/figure3.log",
+        at("theory", "logs/theory/figure3.log"),
     benchmark:
-        "logs/benchmarks/theory_figure3.tsv"
+        at("theory", "logs/benchmarks/theory_figure3.tsv")
     threads: 1
     priority: 3
     conda:
@@ -69,13 +69,13 @@ rule theory_figure3:
 rule theory_extended_sweep:
     output:
         csv=report(
-            "results/theory/extended_sweep.csv",
+            at("theory", "results/theory/extended_sweep.csv"),
             category="Theory",
             caption="../report/extended_sweep_table.rst",
         ),
-        md="results/theory/extended_sweep.md",
+        md=at("theory", "results/theory/extended_sweep.md"),
         png=report(
-            "results/theory/extended_sweep.png",
+            at("theory", "results/theory/extended_sweep.png"),
             category="Theory",
             caption="../report/extended_sweep.rst",
         ),
@@ -87,9 +87,9 @@ rule theory_extended_sweep:
             }
         ),
     log:
-        "logs/theory/extended_sweep.log",
+        at("theory", "logs/theory/extended_sweep.log"),
     benchmark:
-        "logs/benchmarks/theory_extended_sweep.tsv"
+        at("theory", "logs/benchmarks/theory_extended_sweep.tsv")
     threads: 1
     priority: 3
     conda:

@@ -1,20 +1,25 @@
 # DVC: every output folder of the pipeline becomes <folder>.dvc (committed to git) and is pushed to the
 # default remote, so `dvc pull` on a fresh clone brings it back (README, "Artifacts").
 
-DVC_TRACKED = {
-    "results/theory": THEORY_OUTPUTS,
-    "results/data": DATA_OUTPUTS,
-    **{folder: [f"{folder}.manifest.json"] for folder in FETCHED},
-    **{folder: [folder] for folder in MODEL_OUTPUTS},
-    **{manifest: [manifest] for manifest in FETCH_MANIFESTS},
-    **({"results/train": ARM_RESULTS_FILES + TRAIN_SUMMARY, "resources/checkpoints": ARM_CHECKPOINTS}
-       if TRAIN else {}),
-    **({"results/eval": EVAL_OUTPUTS} if EVAL_OUTPUTS else {}),
-    **({"results/tables": [p for p in TABLE_OUTPUTS + THROUGHPUT_OUTPUTS if p.startswith("results/tables/")],
-        "results/figures": [p for p in TABLE_OUTPUTS + THROUGHPUT_OUTPUTS if p.startswith("results/figures/")]}
-       if TABLE_OUTPUTS or THROUGHPUT_OUTPUTS else {}),
-    **({"results/study": STUDY_SUMMARY + STUDY_ARM_FILES, "resources/study": STUDY_MODELS} if STUDY else {}),
-}
+# Each run tracks the folders of its own root only (results/<root>/theory.dvc beside results/<root>/theory, ...;
+# brorl.layout): the groups an overlay reuses are its base's, tracked by the base's own run.
+
+
+def _track(folders, folder, paths):
+    if folder.split("/")[1] == ROOT:
+        folders.setdefault(folder, []).extend(paths)
+
+
+DVC_TRACKED = {}
+for _path in (THEORY_OUTPUTS + DATA_OUTPUTS + ARM_RESULTS_FILES + TRAIN_SUMMARY + ARM_CHECKPOINTS + EVAL_OUTPUTS
+              + TABLE_OUTPUTS + THROUGHPUT_OUTPUTS + STUDY_SUMMARY + STUDY_ARM_FILES + STUDY_MODELS):
+    _track(DVC_TRACKED, "/".join(_path.split("/")[:3]), [_path])  # results/<root>/<folder>
+for _folder in FETCHED:  # a fetched model folder (its manifest stands for it) and the manifest, each its own .dvc
+    _track(DVC_TRACKED, _folder, [f"{_folder}.manifest.json"])
+for _folder in MODEL_OUTPUTS:  # a model trained here: its own .dvc
+    _track(DVC_TRACKED, _folder, [_folder])
+for _manifest in FETCH_MANIFESTS:
+    _track(DVC_TRACKED, _manifest, [_manifest])
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
 
 
@@ -27,9 +32,9 @@ rule dvc_track:
         folders=list(DVC_TRACKED),
         push="--push" if config["dvc"]["push"] else "",
     log:
-        "logs/dvc_track.log",
+        f"logs/{ROOT}/dvc_track.log",
     benchmark:
-        "logs/benchmarks/dvc_track.tsv"
+        f"logs/{ROOT}/benchmarks/dvc_track.tsv"
     conda:
         "../envs/brorl.yaml"
     shell:

@@ -12,22 +12,23 @@ from brorl.training.launch import processes_per_node
 
 TRAIN = "rl" in config
 PRORL_STAGE = TRAIN and TRAINED  # the ProRL stage runs here (else: the arms start from rl.start_model, fetched)
+PRORL_RESULTS = at("start", "results/train/prorl")  # the ProRL stage's results: the start group's (brorl.layout)
 ARMS = list(plan(config["rl"])) if TRAIN else []
 SEEDS = config["rl"]["arms"]["seeds"] if TRAIN else []
-ARM_RESULTS = [f"results/train/{arm}/seed{seed}" for arm in ARMS for seed in SEEDS]
-ARM_CHECKPOINTS = [f"resources/checkpoints/{arm}/seed{seed}" for arm in ARMS for seed in SEEDS]
-TRAIN_SUMMARY = ["results/train/summary.md", "results/train/summary.csv", "results/train/summary.png"] if TRAIN else []
-DIFFICULTY_PRORL = ["results/data/difficulty_prorl.csv", "results/data/difficulty_prorl.png"] if PRORL_STAGE else []
+ARM_RESULTS = [at("arms", f"results/train/{arm}/seed{seed}") for arm in ARMS for seed in SEEDS]
+ARM_CHECKPOINTS = [at("arms", f"resources/checkpoints/{arm}/seed{seed}") for arm in ARMS for seed in SEEDS]
+TRAIN_SUMMARY = [at("arms", "results/train/summary.md"), at("arms", "results/train/summary.csv"), at("arms", "results/train/summary.png")] if TRAIN else []
+DIFFICULTY_PRORL = [at("start", "results/data/difficulty_prorl.csv"), at("start", "results/data/difficulty_prorl.png")] if PRORL_STAGE else []
 TRAIN_OUTPUTS = TRAIN_SUMMARY + DIFFICULTY_PRORL
 ARM_RESULTS_FILES = [f"{folder}/{name}" for folder in ARM_RESULTS for name in ("metrics.csv", "summary.json")] + (
-    ["results/train/prorl/metrics.csv", "results/train/prorl/summary.json"] if PRORL_STAGE else [])
+    [at("start", "results/train/prorl/metrics.csv"), at("start", "results/train/prorl/summary.json")] if PRORL_STAGE else [])
 # The arms' start model (the folder the stage reads) and what Snakemake waits for (a fetched folder's manifest).
 START_MODEL = PROFILE.start_model(config["rl"]) if TRAIN else None
 START_INPUT = START_MODEL if PRORL_STAGE else f"{START_MODEL}.manifest.json"
-TRAIN_DATA_DIR = SOURCE.data_dir
+TRAIN_DATA_DIR = PROFILE.data_dir  # the data source's folder under the start group's root
 PAPER_TRAIN_DATA = (
-    [f"results/data/rl/{source}/{split}.jsonl" for source in TrainDataSettings.from_dict(config["rl"]["data"]).sources
-     for split in ("train", "validation")] + ["results/data/rl/train_data.json"]
+    [at("start", f"results/data/rl/{source}/{split}.jsonl") for source in TrainDataSettings.from_dict(config["rl"]["data"]).sources
+     for split in ("train", "validation")] + [at("start", "results/data/rl/train_data.json")]
     if TRAIN and SOURCE.kind == "paper" else []
 )
 TRAIN_DATA_FILES = TASK_FILES + PAPER_TRAIN_DATA  # the files of the profile's data source kind
@@ -44,11 +45,11 @@ TRAIN_ARM_SHELL = (
     f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}{ARM_LAUNCH}brorl train-arm --rule {{params.rule}}"
     " --config {params.cfg:q} --wildcard arm={wildcards.arm} --wildcard seed={wildcards.seed}"
     f" --arm {{wildcards.arm}} --seed {{wildcards.seed}} --init {ARM_INIT} --data {TRAIN_DATA_DIR}"
-    " --work resources/work/{wildcards.arm}/seed{wildcards.seed} --model-out {output.model}"
-    " --results results/train/{wildcards.arm}/seed{wildcards.seed} 2>&1 | tee {log}"
+    f" --work {at('arms', 'resources/work')}/{{wildcards.arm}}/seed{{wildcards.seed}} --model-out {{output.model}}"
+    f" --results {at('arms', 'results/train')}/{{wildcards.arm}}/seed{{wildcards.seed}} 2>&1 | tee {{log}}"
 )
 if PRORL_STAGE:
-    MODEL_OUTPUTS.append("resources/models/prorl")
+    MODEL_OUTPUTS.append(at("start", "resources/models/prorl"))
 DATA_OUTPUTS += DIFFICULTY_PRORL + PAPER_TRAIN_DATA
 
 if PAPER_TRAIN_DATA:
@@ -57,51 +58,52 @@ if PAPER_TRAIN_DATA:
         # The paper training data (ProRL v1 blend: DeepScaleR math, Eurus-2 code, Reasoning Gym) through the
         # pinned fetch code (checkpoints.source: the hub or a local stand-in); raw snapshots in resources/data/rl.
         input:
-            pinned_input(lambda wc: "results/data/rl/train_data.json",
+            pinned_input(lambda wc: at("start", "results/data/rl/train_data.json"),
                          lambda wc: hub_revisions(TrainDataSettings.from_dict(config["rl"]["data"])),
                          lambda wc: "rl.data.revisions.<source>"),
             RG_PICKED,
-            exclude=[f"{benchmark_data_root(b, bool(config.get('evaluation', {}).get('share_gated')))}/{b}/test.jsonl"
+            exclude=[f"{at('start', benchmark_data_root(b, bool(config.get('evaluation', {}).get('share_gated'))))}/{b}/test.jsonl"
                      for b in config["rl"]["data"].get("dedup_against", [])],  # evaluation problems kept out of training
         output:
             PAPER_TRAIN_DATA,
         params:
             cfg=as_json({"data": config["rl"]["data"], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
         log:
-            "logs/data/train_data.log",
+            at("start", "logs/data/train_data.log"),
         benchmark:
-            "logs/benchmarks/train_data.tsv"
+            at("start", "logs/benchmarks/train_data.tsv")
         threads: 1
         conda:
             "../envs/brorl.yaml"
         shell:
             "brorl train-data --rule {params.rule} --config {params.cfg:q}"
-            f" --out results/data/rl --cache resources/data/rl{RG_PICKED_ARG} --exclude {{input.exclude}} 2>&1 | tee {{log}}"
+            f" --out {at('start', 'results/data/rl')} --cache {at('start', 'resources/data/rl')}{RG_PICKED_ARG}"
+            " --exclude {input.exclude} 2>&1 | tee {log}"
 
 if PRORL_STAGE:
 
     rule prorl_stage:
         input:
-            model="resources/models/sft",
+            model=at("start", "resources/models/sft"),
             data=TASK_FILES,
         output:
-            model=directory("resources/models/prorl"),
-            metrics="results/train/prorl/metrics.csv",
-            summary="results/train/prorl/summary.json",
+            model=directory(at("start", "resources/models/prorl")),
+            metrics=at("start", "results/train/prorl/metrics.csv"),
+            summary=at("start", "results/train/prorl/summary.json"),
         params:
             cfg=as_json(stage_config(config["rl"], "prorl")),
         log:
-            "logs/train/prorl.log",
+            at("start", "logs/train/prorl.log"),
         benchmark:
-            "logs/benchmarks/prorl_stage.tsv"
+            at("start", "logs/benchmarks/prorl_stage.tsv")
         threads: workflow.cores  # on the critical path, alone (threads: workflow/rules/models.smk)
         priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
             f"{ALL_CORES}brorl train-arm --rule {{params.rule}} --config {{params.cfg:q}}"
-            " --arm prorl --init {input.model} --data results/data"
-            " --work resources/work/prorl --model-out {output.model} --results results/train/prorl 2>&1 | tee {log}"
+            f" --arm prorl --init {{input.model}} --data {TASK_DIR} --work {at('start', 'resources/work/prorl')}"
+            f" --model-out {{output.model}} --results {PRORL_RESULTS} 2>&1 | tee {{log}}"
 
 if TRAIN:
 
@@ -110,10 +112,10 @@ if TRAIN:
             model=START_INPUT,
             data=TRAIN_DATA_FILES,
         output:
-            model=directory("resources/checkpoints/{arm}/seed{seed}"),
-            metrics="results/train/{arm}/seed{seed}/metrics.csv",
-            summary="results/train/{arm}/seed{seed}/summary.json",
-            probe="results/train/{arm}/seed{seed}/probe.npz",
+            model=directory(at("arms", "resources/checkpoints/{arm}/seed{seed}")),
+            metrics=at("arms", "results/train/{arm}/seed{seed}/metrics.csv"),
+            summary=at("arms", "results/train/{arm}/seed{seed}/summary.json"),
+            probe=at("arms", "results/train/{arm}/seed{seed}/probe.npz"),
         wildcard_constraints:
             arm="|".join(ARMS),
             seed=r"\d+",
@@ -121,9 +123,9 @@ if TRAIN:
             cfg=lambda wildcards: as_json(stage_config(config["rl"], wildcards.arm)),
             **GPU_SLOT_PARAM,  # this job's GPUs on one host (common.smk)
         log:
-            "logs/train/{arm}/seed{seed}.log",
+            at("arms", "logs/train/{arm}/seed{seed}.log"),
         benchmark:
-            "logs/benchmarks/train_arm/{arm}/seed{seed}.tsv"
+            at("arms", "logs/benchmarks/train_arm/{arm}/seed{seed}.tsv")
         threads: ARM_THREADS
         priority: 1
         conda:
@@ -134,25 +136,25 @@ if TRAIN:
     rule train_summary:
         input:
             [f"{folder}/summary.json" for folder in ARM_RESULTS],
-            ["results/train/prorl/summary.json"] if PRORL_STAGE else [],
+            [at("start", "results/train/prorl/summary.json")] if PRORL_STAGE else [],
         output:
-            md="results/train/summary.md",
-            csv="results/train/summary.csv",
-            png=report("results/train/summary.png", category="Training", caption="../report/train_summary.rst"),
+            md=at("arms", "results/train/summary.md"),
+            csv=at("arms", "results/train/summary.csv"),
+            png=report(at("arms", "results/train/summary.png"), category="Training", caption="../report/train_summary.rst"),
         params:
             cfg=as_json(config["rl"]),
         log:
-            "logs/train/summary.log",
+            at("arms", "logs/train/summary.log"),
         benchmark:
-            "logs/benchmarks/train_summary.tsv"
+            at("arms", "logs/benchmarks/train_summary.tsv")
         threads: 1
         conda:
             "../envs/brorl.yaml"
         shell:
             "brorl train-summary --rule {params.rule} --config {params.cfg:q}"
-            " --results results/train --prorl results/train/prorl"
+            f" --results {at('arms', 'results/train')} --prorl {PRORL_RESULTS}"
             " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"
             if PRORL_STAGE else
             "brorl train-summary --rule {params.rule} --config {params.cfg:q}"
-            " --results results/train"
+            f" --results {at('arms', 'results/train')}"
             " --md {output.md} --csv {output.csv} --png {output.png} 2>&1 | tee {log}"

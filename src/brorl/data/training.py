@@ -315,7 +315,7 @@ class PaperSource:
     kind = "paper"
     start = "fetched"
     """The start it pairs with: a fetched checkpoint trains on the paper data."""
-    data_dir = "results/data/rl"
+    data_subdir = "data/rl"  # under the start group's results root: results/<root>/data/rl (brorl.layout)
     exact_heldout = False
 
     def read_split(self, data_dir, split: str, tasks=None) -> list[dict]:

@@ -303,7 +303,8 @@ def run_evaluate(config: dict, model_dir: str | Path, benchmark: str, data_dir: 
                    max_gen_toks=cfg.get("max_gen_toks") or None, backend=cfg.get("backend", "hf"),
                    backend_args=cfg.get("backend_args"), device=cfg.get("device", "cpu"),
                    dtype=cfg.get("dtype", "float32"))
-    local = keep_gated_local(benchmark, out_json, share_gated=bool(cfg.get("share_gated")))
+    local = keep_gated_local(benchmark, out_json, share_gated=bool(cfg.get("share_gated")),
+                             **({"local_root": cfg["gated_root"]} if cfg.get("gated_root") else {}))  # brorl.layout
     if local is not None:  # gated (GPQA): completions stay local, the result keeps scores and hashes
         mlflow.set_tag("gated_records_local", str(local))
     metrics = dict(out["metrics"])

@@ -65,9 +65,10 @@ import math
 from brorl.profile import Profile
 
 BASE = "base"
-POOLS = {"fixed": "results/data", "fresh": "results/study/data_fresh", "tail": "results/study/data_tail"}
-STARTS = {"plateau": "resources/models/prorl", "late": "resources/study/prorl_late"}
-"""The tiny profile's prompt pools and start models (:func:`pools`, :func:`starts` give a profile's)."""
+POOLS = {"fresh": "data_fresh", "tail": "data_tail"}
+STARTS = {"late": "prorl_late"}
+"""The study's own prompt pools and late start, under the study group's roots (``results/<root>/study/``,
+``resources/<root>/study/``; brorl.layout): :func:`pools`, :func:`starts` give a profile's paths."""
 AXES = ("ns", "samples_per_step", "steps", "prompts_per_step", "pool", "start", "settings", "time_budget_s", "refill")
 REFILL = {"max_rounds": 1, "round_prompts": 0}
 """The study's default refill: one generation round per step (equal generated samples per step across N)."""
@@ -80,14 +81,15 @@ TIME_STEP_CAP = 10  # equal-time arms: at most this many times the equal-sample 
 def pools(profile: Profile) -> dict[str, str]:
     """Prompt pools by name: the profile's training data (``fixed``: its data source's folder) and, on the tiny
     tasks, a large generated pool (``fresh``) and the start's hard-tail pool (``tail``, with ``study.tail_pool``)."""
-    fixed = {"fixed": profile.source.data_dir}
-    return {**fixed, "fresh": POOLS["fresh"], "tail": POOLS["tail"]} if profile.data == "tasks" else fixed
+    fixed = {"fixed": profile.data_dir}
+    own = {name: profile.layout.results("study", "study", folder) for name, folder in POOLS.items()}
+    return {**fixed, **own} if profile.data == "tasks" else fixed
 
 
 def starts(profile: Profile, rl: dict) -> dict[str, str]:
     """Start models by name: ``plateau`` (the arms' start: the ProRL stage, or the fetched checkpoint) and ``late``
     (``late_start_steps`` more N=16 steps from it, the study_start rule)."""
-    return {"plateau": profile.start_model(rl), "late": STARTS["late"]}
+    return {"plateau": profile.start_model(rl), "late": profile.layout.resources("study", "study", STARTS["late"])}
 
 
 def reference_n(study: dict) -> int:

@@ -40,6 +40,8 @@ def run_paper_table(config: dict, name: str, *, tracking: dict, profile: str, cs
     ``tracking`` (brorl.tracking.tracking_settings), for ``profile``; ``figure3`` files the theory stage's figure
     (``source``). ``config``: the tables' plan. Its headline numbers, source runs and files go to the rule's
     MLflow run; the gaps are printed."""
+    import re
+
     import mlflow
 
     from brorl.tracking import log_artifacts, numeric_metrics, tracking_settings
@@ -58,6 +60,13 @@ def run_paper_table(config: dict, name: str, *, tracking: dict, profile: str, cs
     gaps = out.get("gaps", [])
     print(f"[paper-table] {name}: {len(set(out.get('run_ids', [])))} source runs, {len(gaps)} gap(s)"
           + "".join(f"\n  gap: {g}" for g in gaps[:10]))
+    missing = sorted({m.group(1) for g in gaps if (m := re.match(r"missing: no FINISHED (\S+) run", g))})
+    if missing:
+        store_ = RunStore(store["uri"], store["experiment"], profile)
+        try:
+            print(f"[paper-table] {name}: {store_.missing_hint(missing)}")
+        finally:
+            store_.close()
     return out
 
 

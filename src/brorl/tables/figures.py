@@ -339,8 +339,8 @@ def file_theory_figure(source, out_png, *, tracking_uri: str, experiment: str, p
         run = store.get("theory_figure3")
     finally:
         store.close()
-    if run is None:
-        raise SystemExit("figure3: no FINISHED theory_figure3 run in the MLflow store")
+    if run is None:  # its input exists (Snakemake checked) but not the run that made it, in this profile's store
+        raise SystemExit(f"figure3: {source} exists, but there is {store.missing_hint(['theory_figure3'])}")
     Path(out_png).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, out_png)
     return {"run_ids": [run.run_id], "gaps": [], "metrics": {}}

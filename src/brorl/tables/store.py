@@ -54,13 +54,29 @@ def model_name(arm: str, seed: int | str) -> str:
     return f"{arm}-seed{seed}"
 
 
-class RunStore:
-    """The FINISHED runs of one experiment and profile, indexed by (rule, wildcards)."""
+def declared_layout(profile: str):
+    """The output layout (brorl.layout) of the declared profile (``BRORL_PROFILE``, set by common.smk for every
+    command) when it is ``profile``; ``None`` elsewhere (then runs are not selected by root)."""
+    from brorl.profile import Profile
 
-    def __init__(self, tracking_uri: str, experiment: str, profile: str):
+    text = os.environ.get("BRORL_PROFILE")
+    if not text:
+        return None
+    declared = Profile.parse(text)
+    return declared.layout if declared.name == profile else None
+
+
+class RunStore:
+    """The FINISHED runs of one experiment and profile, indexed by (rule, wildcards). With a ``layout``
+    (brorl.layout; default: the declared profile's), only the runs of each rule's root count: an overlay's
+    tables read its own arms and its base's reused stages, and a base's tables never an overlay's runs (a run
+    without a ``root`` tag, from before issue 32, counts as the base's)."""
+
+    def __init__(self, tracking_uri: str, experiment: str, profile: str, layout=None):
         from mlflow import MlflowClient
 
         self.tracking_uri, self.experiment, self.profile = tracking_uri, experiment, profile
+        self.layout = layout if layout is not None else declared_layout(profile)
         self.client = MlflowClient(tracking_uri=tracking_uri)
         exp = self.client.get_experiment_by_name(experiment)
         self.experiment_id = exp.experiment_id if exp is not None else None
@@ -99,6 +115,13 @@ class RunStore:
         rec = RunRecord(run_id=run.info.run_id, rule=rule, wildcards=wildcards, profile=tags.get("profile", ""),
                         status=run.info.status, start_time=int(run.info.start_time or 0),
                         metrics=dict(run.data.metrics), params=dict(run.data.params), tags=tags)
+        if self.layout is not None:
+            try:
+                expected = self.layout.run_root(rule)
+            except KeyError:
+                expected = None
+            if expected is not None and tags.get("root", self.profile) != expected:
+                return  # another root's run (an overlay's, or the base's where this run owns the group)
         key = (rule, wildcard_key(wildcards))
         table = self.finished if rec.status == "FINISHED" else self.other
         old = table.get(key)
@@ -117,6 +140,16 @@ class RunStore:
         if other is not None:
             reason += f" (latest run {other.run_id} is {other.status})"
         return reason
+
+    def missing_hint(self, rules) -> str:
+        """How to fix runs missing from this store (their outputs may exist: a DVC pull, a copy, another store)."""
+        rules = sorted(set(rules))
+        where = (f"experiment {self.experiment!r} of {self.tracking_uri}, profile {self.profile}"
+                 + (f", root(s) {', '.join(sorted({self.layout.run_root(r) for r in rules}))}" if self.layout else ""))
+        return (f"no FINISHED run of {', '.join(rules)} in {where}. Their outputs may exist without their runs "
+                "(restored by `make pull`, copied, or made with another MLflow store or config): rerun them into "
+                f"this store with `snakemake --forcerun {' '.join(rules)} --configfile <this run's files>`, or "
+                "point tracking.uri / MLFLOW_TRACKING_URI at the store that has them")
 
     def runs(self, rule: str, status: str = "FINISHED") -> list[RunRecord]:
         table = self.finished if status == "FINISHED" else self.other

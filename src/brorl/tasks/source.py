@@ -17,7 +17,7 @@ class TaskSource:
     kind = "tasks"
     start = "trained"
     """The start it pairs with: the model trained here learns the tiny tasks."""
-    data_dir = "results/data"
+    data_subdir = "data"  # under the start group's results root: results/<root>/data (brorl.layout)
     exact_heldout = True
     """Held-out p exactly (every answer of a tiny task enumerable), not sampled and scored by the reward."""
 

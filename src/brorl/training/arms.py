@@ -263,8 +263,8 @@ def start_errors(config: dict, profile) -> list[str]:
         if rl.get("prorl") is None:
             errors.append("rl.prorl: required by profile.start: trained (the ProRL stage the arms start from) "
                           "[rule: one start model]")
-        if any(f"resources/models/{name}" == profile.start_model(rl) for name in fetch):
-            errors.append("checkpoints.fetch.prorl: resources/models/prorl is the ProRL stage's output "
+        if "prorl" in fetch:
+            errors.append("checkpoints.fetch.prorl: resources/<root>/models/prorl is the ProRL stage's output "
                           "(profile.start: trained); fetch the hub checkpoint under another name [rule: one writer per folder]")
     else:
         if rl.get("prorl") is not None:
