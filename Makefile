@@ -99,8 +99,9 @@ REHEARSAL_ENV = PATH=$(VLLM_BIN):$$PATH VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_TH
 rehearsal: vllm-cpu        ## the rehearsal profile end to end on this CPU (builds .venv-vllm if missing)
 	$(REHEARSAL_ENV) $(VLLM_BIN)/python scripts/rehearsal.py --record results/rehearsal_run.json
 
-rehearsal-slurm: vllm-cpu  ## the same DAG, every job a real sbatch on the local cluster (scripts/slurm-local.sh up)
-	$(REHEARSAL_ENV) $(VLLM_BIN)/python scripts/rehearsal.py --slurm --record results/rehearsal_run_slurm.json
+rehearsal-slurm: setup vllm-cpu  ## the same DAG, every job a real sbatch on the local cluster (scripts/slurm-local.sh up)
+	$(REHEARSAL_ENV) $(VLLM_BIN)/python scripts/rehearsal.py --slurm --snakemake-python $(BIN)/python \
+		--record results/rehearsal_run_slurm.json
 
 # The throughput study's CPU peer on SmolLM2 (issue 19): llama-cpp-python is on PyPI as an sdist only, so pip
 # compiles llama.cpp (gcc + cmake; 2026-12-05 on this 2-core machine, lightly loaded: about 17 min with the download).

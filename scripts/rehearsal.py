@@ -11,7 +11,8 @@ with its real engines (config/paper.yaml + config/rehearsal.yaml), one arm kille
 A record goes to ``--record`` (JSON): the commands, the phases' wall times, load averages, where the arm was
 killed and the line its resumed log printed. Rehearsal of the code path: its numbers are not results.
 
-    .venv-vllm/bin/python scripts/rehearsal.py [--slurm] [--record results/rehearsal_run.json]
+    .venv-vllm/bin/python scripts/rehearsal.py [--record results/rehearsal_run.json]
+    .venv-vllm/bin/python scripts/rehearsal.py --slurm --snakemake-python .venv/bin/python
 """
 
 from __future__ import annotations
@@ -75,12 +76,15 @@ def main(argv=None) -> int:
     p.add_argument("--slurm", action="store_true", help="every job through sbatch (scripts/slurm-local.sh up first)")
     p.add_argument("--arm", default="n4", help="the arm killed after its first checkpoint and resumed")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--snakemake-python", default=sys.executable,
+                   help="the Python that runs Snakemake (--slurm: the project's .venv, which has the SLURM executor "
+                        "plugin; the jobs' `brorl` commands still come from PATH, .venv-vllm/bin first)")
     p.add_argument("--cores", default="2")
     p.add_argument("--record", default="results/rehearsal_run.json")
     p.add_argument("--timeout", type=float, default=3600, help="seconds phase 1 may wait for the checkpoint")
     a = p.parse_args(argv)
     os.chdir(ROOT)
-    snakemake = [sys.executable, "-m", "snakemake", "--configfile", *CONFIGS]
+    snakemake = [a.snakemake_python, "-m", "snakemake", "--configfile", *CONFIGS]
     snakemake += SLURM_PROFILES if a.slurm else ["--cores", a.cores]
     arm_target = f"resources/checkpoints/{a.arm}/seed{a.seed}"
     record: dict = {"configs": CONFIGS, "slurm": a.slurm, "arm": a.arm, "seed": a.seed, "host_cpus": os.cpu_count(),

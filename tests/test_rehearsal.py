@@ -136,6 +136,8 @@ def test_rehearsal_dag_plans_the_paper_rules_with_the_real_engines(tmp_path):
                     "throughput_study": 1, "dvc_track": 1}.items():
         assert counts.get(rule, 0) == n or _done(rule), (rule, counts)
     assert "resources/models/prorl" not in out and "brorl-released" not in out
+    if counts.get("fetch_checkpoint"):  # the wheel's own `source: null` (PyPI) wins over the stand-in hub
+        assert '"source": null' in out.split("brorl fetch-model")[1].split("\n")[0]
     if counts.get("train_arm"):
         assert "brorl launch --accelerate-config fsdp2-cpu -- brorl train-arm" in out
 
