@@ -71,6 +71,42 @@ def slurm_cancel(arm: str) -> list[str]:
     return ids
 
 
+def mlflow_runs(store: Path = Path("mlflow.db"), experiment: str = "brorl-rehearsal") -> list[dict]:
+    """The experiment's MLflow runs (rule, wildcards, status, run id, profile tag), oldest first, from the sqlite
+    store itself (no mlflow import)."""
+    import sqlite3
+
+    if not store.exists():
+        return []
+    with sqlite3.connect(store) as db:
+        rows = db.execute(
+            "select r.run_uuid, r.name, r.status, r.start_time, r.end_time,"
+            " (select value from tags t where t.run_uuid = r.run_uuid and t.key = 'profile')"
+            " from runs r join experiments e on r.experiment_id = e.experiment_id"
+            " where e.name = ? order by r.start_time", (experiment,)).fetchall()
+    return [{"run_id": rid, "name": name, "status": status, "profile": profile,
+             "seconds": None if end is None else round((end - start) / 1000, 1)}
+            for rid, name, status, start, end, profile in rows]
+
+
+def slurm_jobs(root: Path = Path(".snakemake/slurm_logs")) -> dict[str, str]:
+    """``scontrol show job`` of every SLURM job this checkout's Snakemake submitted (its log files are named by job
+    id); finished jobs stay in slurmctld for MinJobAge (scripts/slurm-local.sh: a day). No sacct without slurmdbd."""
+    out = {}
+    for log in sorted(root.glob("**/*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
+        if log.stem.isdigit():
+            show = subprocess.run(["scontrol", "show", "job", log.stem], capture_output=True, text=True)
+            out[log.stem] = (show.stdout or show.stderr).strip()
+    return out
+
+
+def collect(record: dict, slurm: bool) -> dict:
+    record["mlflow_runs"] = mlflow_runs()
+    if slurm:
+        record["slurm_jobs"] = slurm_jobs()
+    return record
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--slurm", action="store_true", help="every job through sbatch (scripts/slurm-local.sh up first)")
@@ -82,8 +118,14 @@ def main(argv=None) -> int:
     p.add_argument("--cores", default="2")
     p.add_argument("--record", default="results/rehearsal_run.json")
     p.add_argument("--timeout", type=float, default=3600, help="seconds phase 1 may wait for the checkpoint")
+    p.add_argument("--collect", action="store_true",
+                   help="only add the MLflow runs (and with --slurm the jobs' scontrol records) to --record")
     a = p.parse_args(argv)
     os.chdir(ROOT)
+    if a.collect:
+        record = json.loads(Path(a.record).read_text()) if Path(a.record).exists() else {}
+        Path(a.record).write_text(json.dumps(collect(record, a.slurm), indent=1) + "\n")
+        return 0
     snakemake = [a.snakemake_python, "-m", "snakemake", "--configfile", *CONFIGS]
     snakemake += SLURM_PROFILES if a.slurm else ["--cores", a.cores]
     arm_target = f"resources/checkpoints/{a.arm}/seed{a.seed}"
@@ -134,9 +176,10 @@ def main(argv=None) -> int:
     logs = sorted(ROOT.glob(f"logs/**/train/{a.arm}/seed{a.seed}.log"))
     if logs:
         record["resumed"] = [line for line in logs[0].read_text(errors="replace").splitlines() if "resuming from" in line]
+    collect(record, a.slurm)
     Path(a.record).parent.mkdir(parents=True, exist_ok=True)
     Path(a.record).write_text(json.dumps(record, indent=1) + "\n")
-    print(json.dumps(record, indent=1))
+    print(json.dumps({k: v for k, v in record.items() if k not in ("mlflow_runs", "slurm_jobs")}, indent=1))
     return rc
 
 

@@ -183,3 +183,28 @@ def test_rehearsal_driver_finds_the_processes_it_kills(tmp_path):
         assert rehearsal.checkpoint_done("n8", 0) is None
     finally:
         rehearsal.ROOT = root
+
+
+def test_rehearsal_driver_reads_the_mlflow_run_ids(tmp_path):
+    """The record's MLflow part comes from the sqlite store: one row per run of the experiment, with its id."""
+    import mlflow
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import rehearsal
+    finally:
+        sys.path.pop(0)
+    store = tmp_path / "mlflow.db"
+    mlflow.set_tracking_uri(f"sqlite:///{store}")
+    try:
+        exp = mlflow.create_experiment("brorl-rehearsal", artifact_location=str(tmp_path / "art"))
+        with mlflow.start_run(experiment_id=exp, run_name="train_arm/arm=n4/seed=0", tags={"profile": "rehearsal"}) as r:
+            pass
+    finally:
+        mlflow.set_tracking_uri(None)
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    (row,) = rehearsal.mlflow_runs(store)
+    assert row["run_id"] == r.info.run_id and row["name"] == "train_arm/arm=n4/seed=0"
+    assert (row["status"], row["profile"]) == ("FINISHED", "rehearsal")
+    assert rehearsal.mlflow_runs(tmp_path / "none.db") == []
+
