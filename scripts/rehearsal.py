@@ -176,6 +176,9 @@ def main(argv=None) -> int:
     logs = sorted(ROOT.glob(f"logs/**/train/{a.arm}/seed{a.seed}.log"))
     if logs:
         record["resumed"] = [line for line in logs[0].read_text(errors="replace").splitlines() if "resuming from" in line]
+    if "killed" in record and not record.get("resumed"):  # the kill came after the arm's last step
+        print(f"[rehearsal] {a.arm} did not resume mid-way (no 'resuming from' in its log)", file=sys.stderr)
+        rc = rc or 1
     collect(record, a.slurm)
     Path(a.record).parent.mkdir(parents=True, exist_ok=True)
     Path(a.record).write_text(json.dumps(record, indent=1) + "\n")

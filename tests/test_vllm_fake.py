@@ -342,6 +342,32 @@ def test_vllm_missing_names_the_lock_and_the_cpu_build(monkeypatch):
     assert "requirements-gpu.txt" not in str(err.value)
 
 
+def _stubborn_engine(ready):  # a child that ignores SIGTERM, as the CPU build's engine core did at exit
+    import signal
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(600)
+
+
+def test_stop_engine_processes_ends_a_child_that_ignores_sigterm():
+    """The runner's clean-up after lm-eval's vllm backend: every multiprocessing child is ended, a stubborn one by
+    SIGKILL after the grace period, so a finished evaluate job exits (issue 28: its process hung at exit)."""
+    import multiprocessing
+
+    from brorl.models.vllm_cpu import stop_engine_processes
+
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_stubborn_engine, args=(ready,))
+    proc.start()
+    assert ready.wait(300) and proc.is_alive()  # hang guard only: the child imports this module first
+    assert stop_engine_processes(grace_s=2) == 1
+    assert not proc.is_alive() and proc.exitcode == -9
+    assert stop_engine_processes(grace_s=2) == 0
+
+
 # --------------------------------------------------------------------------- lm-eval's vllm backend
 
 def test_runner_vllm_backend_through_lm_eval(fake_vllm, tiny, tmp_path):

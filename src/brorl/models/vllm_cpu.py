@@ -111,6 +111,29 @@ def sampling_params(SamplingParams, **kwargs):
     return SamplingParams(**kwargs)
 
 
+def stop_engine_processes(grace_s: float = 20.0) -> int:
+    """End the engine processes an offline ``vllm.LLM`` left behind (vLLM's engine core and its worker are
+    multiprocessing children), once its results are in: collect the garbage (an unreferenced engine then shuts
+    down on its own), SIGTERM what is still alive, SIGKILL it after ``grace_s``. Returns how many were stopped.
+
+    Why: lm-eval's vllm backend keeps no handle to shut its engine down, and at interpreter exit vLLM's own
+    shutdown of the CPU build's engine core hung (2026-12-06, the rehearsal's evaluate job: the finished job's
+    process waited on its engine core for minutes, its worker polling; a SIGTERM ended the worker, not the core)."""
+    import gc
+    import multiprocessing
+
+    gc.collect()
+    children = multiprocessing.active_children()
+    for proc in children:
+        proc.terminate()
+    for proc in children:
+        proc.join(grace_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    return len(children)
+
+
 def main() -> int:
     folder = write_dist_shim()
     print(f"wrote {folder}" if folder else f"a `vllm` distribution is already installed ({md.version('vllm')})")
