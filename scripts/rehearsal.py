@@ -89,15 +89,20 @@ def mlflow_runs(store: Path = Path("mlflow.db"), experiment: str = "brorl-rehear
             for rid, name, status, start, end, profile in rows]
 
 
-def slurm_jobs(root: Path = Path(".snakemake/slurm_logs")) -> dict[str, str]:
-    """``scontrol show job`` of every SLURM job this checkout's Snakemake submitted (its log files are named by job
-    id); finished jobs stay in slurmctld for MinJobAge (scripts/slurm-local.sh: a day). No sacct without slurmdbd."""
+def slurm_jobs(workdir: Path | None = None) -> dict[str, str]:
+    """``scontrol show job`` of every SLURM job slurmctld still knows whose working directory is this checkout
+    (finished jobs stay for MinJobAge: a day with scripts/slurm-local.sh; no sacct without slurmdbd). Not from the
+    executor's log files: it deletes those of successful jobs."""
+    import re
+
+    workdir = Path(workdir or ROOT).resolve()
+    show = subprocess.run(["scontrol", "show", "job"], capture_output=True, text=True).stdout
     out = {}
-    for log in sorted(root.glob("**/*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0):
-        if log.stem.isdigit():
-            show = subprocess.run(["scontrol", "show", "job", log.stem], capture_output=True, text=True)
-            out[log.stem] = (show.stdout or show.stderr).strip()
-    return out
+    for block in re.split(r"\n\s*\n", show):
+        job, where = re.search(r"JobId=(\d+)", block), re.search(r"WorkDir=(\S+)", block)
+        if job and where and Path(where.group(1)).resolve() == workdir:
+            out[job.group(1)] = block.strip()
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 
 def collect(record: dict, slurm: bool) -> dict:

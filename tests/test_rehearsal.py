@@ -209,3 +209,21 @@ def test_rehearsal_driver_reads_the_mlflow_run_ids(tmp_path):
     assert (row["status"], row["profile"]) == ("FINISHED", "rehearsal")
     assert rehearsal.mlflow_runs(tmp_path / "none.db") == []
 
+
+
+def test_rehearsal_driver_keeps_the_scontrol_records_of_its_own_jobs(monkeypatch, tmp_path):
+    """slurm_jobs: every job `scontrol show job` lists whose WorkDir is the checkout, in job order (the executor
+    deletes the logs of successful jobs, so they cannot be the list)."""
+    import types
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import rehearsal
+    finally:
+        sys.path.pop(0)
+    show = (f"JobId=12 JobName=a\n   Comment=rule_evaluate WorkDir={tmp_path}\n\n"
+            "JobId=7 JobName=b\n   Comment=rule_other WorkDir=/elsewhere\n\n"
+            f"JobId=9 JobName=c\n   Comment=rule_train_arm_wildcards_n4_0 JobState=CANCELLED WorkDir={tmp_path}\n")
+    monkeypatch.setattr(rehearsal.subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=show, stderr=""))
+    jobs = rehearsal.slurm_jobs(tmp_path)
+    assert list(jobs) == ["9", "12"] and "CANCELLED" in jobs["9"] and "rule_evaluate" in jobs["12"]
