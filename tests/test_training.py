@@ -400,7 +400,7 @@ def test_throughput_study_vllm_engines_need_vllm(tiny):
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed: the GPU check measures these engines")
     for engine in ("vllm", "vllm_no_prefix_cache"):
-        with pytest.raises(RuntimeError, match="requirements-gpu.txt"):
+        with pytest.raises(RuntimeError, match="requirements-gpu.lock"):
             measure_throughput(tiny / "sft", ns=(4, 8), total=16, engines=("prefix_tree", engine), progress=False)
 
 

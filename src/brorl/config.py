@@ -240,6 +240,17 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
         return yaml.safe_load(fh)
 
 
+def drop_removed_fetches(config: dict) -> dict:
+    """Remove, in place, the ``checkpoints.fetch`` entries an overlay set to null: merging can only add or replace
+    keys, so ``fetch: {prorl: null}`` is how an overlay drops its base's checkpoint (config/rehearsal.yaml drops
+    the paper profile's two hub models). The Snakefile's config is the one validated, so its rules never see them."""
+    fetch = (config.get("checkpoints") or {}).get("fetch") if isinstance(config.get("checkpoints"), dict) else None
+    if isinstance(fetch, dict):
+        for name in [name for name, entry in fetch.items() if entry is None]:
+            del fetch[name]
+    return config
+
+
 def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,
                     sources: list[ConfigFile] | None = None, checks: Checks | None = None) -> dict:
     """Raise :class:`ConfigError` naming every bad key; return the config unchanged when valid.
@@ -251,6 +262,7 @@ def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,
     schema = schema if isinstance(schema, dict) else load_schema(schema)
     if not isinstance(config, dict):
         raise ConfigError(f"the config must be a mapping, got {type(config).__name__}")
+    drop_removed_fetches(config)
     errors = nonfinite_errors(config) + schema_errors(config, schema)
     if any(re.match(r"\w+: required key is missing", e) for e in errors):
         errors.append("(top-level keys are missing: is this an overlay? Give its base first, as in "

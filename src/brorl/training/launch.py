@@ -43,7 +43,7 @@ from typing import Mapping, Sequence
 from brorl.paths import PROJECT_ROOT
 
 ACCELERATE_DIR = PROJECT_ROOT / "workflow" / "accelerate"
-CONFIGS = ("fsdp2", "zero3", "cpu")
+CONFIGS = ("fsdp2", "zero3", "cpu", "fsdp2-cpu")
 DEFAULT_PORT = 29500
 
 
@@ -93,11 +93,21 @@ def _count_gpus_env(env: Mapping[str, str]) -> int | None:
     return None
 
 
+def _cpu_processes(config: str) -> int | None:
+    """``num_processes`` of a named accelerate config that runs on the CPU (``use_cpu: true``), else None."""
+    import yaml
+
+    cfg = yaml.safe_load(accelerate_config_path(config).read_text()) or {}
+    return int(cfg["num_processes"]) if cfg.get("use_cpu") and cfg.get("num_processes") else None
+
+
 def processes_per_node(explicit: int | None, config: str, env: Mapping[str, str]) -> int:
     if explicit:
         return explicit
     if config == "cpu":
         return 2
+    if config in CONFIGS and _cpu_processes(config):  # a CPU config (use_cpu) says its own process count
+        return _cpu_processes(config)
     found = _count_gpus_env(env)
     if found is not None:
         return found

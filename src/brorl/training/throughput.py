@@ -104,19 +104,17 @@ def measure_throughput(model_dir: str | Path, *, ns: Sequence[int] = (16, 64, 12
 def _vllm_rows(model_dir, engine: str, ns, total: int, prompts: list[str], length: int, repeats: int, seed: int,
                vllm_args: dict, progress: bool) -> list[dict]:
     """vLLM's offline engine at each N (prefix caching per :data:`VLLM_ENGINES`)."""
-    try:
-        import torch
-        from vllm import LLM, SamplingParams
-    except ImportError as err:
-        raise RuntimeError(f"engine {engine!r} needs vLLM on a GPU host (pip install -r requirements-gpu.txt)") from err
+    import torch
+
+    from brorl.models.vllm_cpu import import_vllm, sampling_params
+
+    LLM, SamplingParams = import_vllm(f"engine {engine!r}")
     llm = LLM(model=str(model_dir), enable_prefix_caching=VLLM_ENGINES[engine], seed=seed,
               **{"gpu_memory_utilization": 0.4, **vllm_args})
     rows = []
     for n in ns:
         batch = prompts[: total // n]
-        # no per-request seed (the engine's seed makes the run reproducible): vLLM samples seeded requests on a
-        # slower per-request path, and the CPU build cannot run it at all ("CPU Generator does not use offset")
-        params = SamplingParams(n=n, temperature=1.0, max_tokens=length)
+        params = sampling_params(SamplingParams, n=n, temperature=1.0, max_tokens=length)  # the engine's seed only
         best_s, tokens = float("inf"), 0
         for _ in range(repeats):
             t0 = time.perf_counter()
