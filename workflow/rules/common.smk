@@ -22,7 +22,7 @@ except ConfigError as err:
     raise WorkflowError(str(err)) from None
 
 PROFILE = Profile.from_config(config)  # the declared profile (brorl.profile): what the run starts from, trains on
-SOURCE = PROFILE.source  # its data source kind: where the arms' data is (brorl.profile.SOURCES)
+SOURCE = PROFILE.source  # its data source kind: where the arms' data is (brorl.profile.sources(): TaskSource, PaperSource)
 # Where the outputs go (brorl.layout, issue 32): results/<root>/, resources/<root>/, logs/<root>/ with root = the
 # profile's name (a base) or <name>-<overlay>; a group the overlay reuses (profile.reuses) stays in the base's root.
 LAYOUT = PROFILE.layout
