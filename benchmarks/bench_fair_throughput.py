@@ -379,14 +379,32 @@ def write_md(path: Path, rows: list[dict], ceiling: list[dict], params: int, hea
         for r in rs:
             lines.append(f"| {r['engine']} | {r['precision']} | {float(r['tokens_per_s']):.1f} "
                          f"[{float(r['tokens_per_s_min']):.1f}-{float(r['tokens_per_s_max']):.1f}] | "
-                         f"{float(r['samples_per_s']):.3f} | {float(r['tokens_per_s']) / best:.2f}x | "
+                         f"{float(r['samples_per_s']):.3f} | {ratio_text(float(r['tokens_per_s']) / best)} | "
                          f"{float(r['ceiling_fraction']):.1%} | {r['threads']} | {r['load_avg']} |"
                          if r.get("ceiling_fraction") not in (None, "") else
                          f"| {r['engine']} | {r['precision']} | {float(r['tokens_per_s']):.1f} | "
-                         f"{float(r['samples_per_s']):.3f} | {float(r['tokens_per_s']) / best:.2f}x | - | "
+                         f"{float(r['samples_per_s']):.3f} | {ratio_text(float(r['tokens_per_s']) / best)} | - | "
                          f"{r['threads']} | {r['load_avg']} |")
+        lines.append(winner_line(rs))
         lines.append("")
     path.write_text("\n".join(lines))
+
+
+def ratio_text(x: float) -> str:
+    """A ratio rounded down (0.9996 prints 0.999x, never 1.000x: no loss reads as a tie or a win)."""
+    return f"{math.floor(x * 1000) / 1000:.3f}x"
+
+
+def winner_line(rs: list[dict]) -> str:
+    """Who is fastest in one group (sorted fastest first), by how much over the next, and whether the repeats'
+    ranges overlap (then the order is not resolved by this run)."""
+    if len(rs) < 2:
+        return f"Only {rs[0]['engine']}/{rs[0]['precision']} measured."
+    a, b = rs[0], rs[1]
+    overlap = float(a["tokens_per_s_min"]) <= float(b["tokens_per_s_max"])
+    return (f"Fastest: {a['engine']}/{a['precision']}, {ratio_text(float(a['tokens_per_s']) / float(b['tokens_per_s']))}"
+            f" the next ({b['engine']}/{b['precision']})" + ("; their min-max ranges overlap: not resolved by this "
+                                                             "run." if overlap else "."))
 
 
 def write_png(path: Path, rows: list[dict]) -> None:
