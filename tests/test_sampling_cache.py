@@ -77,3 +77,24 @@ def test_layer_matches_concatenation_through_growth_and_selection():
     assert layer._k is buf
     layer.batch_repeat_interleave(2)
     assert torch.equal(layer.keys, ref_k[idx].repeat_interleave(2, 0))
+
+
+def dense_split(probs, counts, generator):
+    """The prefix-tree tally before issue 31: a dense [R, V] count matrix and its nonzero cells."""
+    n_rows, vocab = probs.shape
+    owner = torch.repeat_interleave(torch.arange(n_rows), counts)
+    tok = torch.multinomial(probs[owner], 1, replacement=True, generator=generator).squeeze(1)
+    split = torch.bincount(owner * vocab + tok, minlength=n_rows * vocab).view(n_rows, vocab)
+    parent, tok = split.nonzero(as_tuple=True)
+    return parent, tok, split[parent, tok]
+
+
+@pytest.mark.parametrize("counts", [[1, 1, 1, 1, 1], [7, 1, 3, 1, 20]])
+def test_split_counts_equals_the_dense_tally(counts):
+    probs = torch.softmax(torch.randn(5, 11, generator=torch.Generator().manual_seed(1)) * 2, dim=-1)
+    counts = torch.tensor(counts)
+    new = sampling._split_counts(probs, counts, torch.Generator().manual_seed(3))
+    old = dense_split(probs, counts, torch.Generator().manual_seed(3))
+    for a, b in zip(new, old):
+        assert torch.equal(a, b)
+    assert int(new[2].sum()) == int(counts.sum())

@@ -226,15 +226,20 @@ def hf_generate_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_to
 
 # ----- prefix-tree sampler: one forward row per distinct partial completion
 
-def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Multinomial(counts[r], probs[r]) for every row r: [R, V] probs, [R] counts -> [R, V] counts.
+def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None):
+    """Multinomial(counts[r], probs[r]) for every row r, as the nonzero cells of the [R, V] count matrix:
+    (parent row, token, count), ordered by parent then token.
 
     Each of the ``counts[r]`` samples at node r draws its next token independently from ``probs[r]``
-    (exactly what i.i.d. sampling does); the draws are then tallied per (node, token)."""
+    (exactly what i.i.d. sampling does); the draws are then tallied per (node, token) with ``torch.unique``
+    (a dense [R, V] tally and its nonzero scan cost R x V per step). Rows with a count of 1 each (every
+    node a single sample) draw from ``probs`` itself, without gathering a copy: the same draws."""
     n_rows, vocab = probs.shape
     owner = torch.repeat_interleave(torch.arange(n_rows, device=probs.device), counts)
-    tok = torch.multinomial(probs[owner], 1, replacement=True, generator=generator).squeeze(1)
-    return torch.bincount(owner * vocab + tok, minlength=n_rows * vocab).view(n_rows, vocab)
+    rows = probs if owner.shape[0] == n_rows else probs[owner]
+    tok = torch.multinomial(rows, 1, replacement=True, generator=generator).squeeze(1)
+    cells, child_counts = torch.unique(owner * vocab + tok, sorted=True, return_counts=True)
+    return cells // vocab, cells % vocab, child_counts
 
 
 @torch.no_grad()
@@ -255,13 +260,11 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
     hist = torch.empty((n_prompts, 0), dtype=torch.long, device=device)  # tokens of each live node so far
     leaves: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (owner, count, padded ids)
     for t in range(max_new_tokens):
-        if temperature > 0:
-            split = _split_counts(torch.softmax(logits / temperature, dim=-1), counts, generator)
+        if temperature > 0:  # children, grouped by parent
+            parent, tok, child_counts = _split_counts(torch.softmax(logits / temperature, dim=-1), counts,
+                                                      generator)
         else:
-            split = torch.zeros_like(logits, dtype=torch.long)
-            split.scatter_(1, logits.argmax(dim=-1, keepdim=True), counts.unsqueeze(1))
-        parent, tok = split.nonzero(as_tuple=True)        # children, grouped by parent
-        child_counts = split[parent, tok]
+            parent, tok, child_counts = torch.arange(len(counts), device=device), logits.argmax(dim=-1), counts
         hist = torch.cat([hist[parent], tok.unsqueeze(1)], dim=1)
         owner = owner[parent]
         done = tok == eos_id
