@@ -200,8 +200,6 @@ def torch_cells(engine: str, precision: str, model_dir: Path, prompt: list[int],
 
 def llama_cells(precision: str, gguf: Path, prompt: list[int], ns, tokens, repeats: int, threads: int,
                 kv_unified: bool) -> list[dict]:
-    import ctypes
-
     import llama_cpp as L
 
     L.llama_backend_init()
@@ -209,11 +207,12 @@ def llama_cells(precision: str, gguf: Path, prompt: list[int], ns, tokens, repea
     model = L.llama_model_load_from_file(str(gguf).encode(), mparams)
     if not model:
         raise RuntimeError(f"llama.cpp could not load {gguf}")
-    kv_type = {"f32": L.GGML_TYPE_F32, "bf16": L.GGML_TYPE_BF16, "f16": L.GGML_TYPE_F16,
+    bf16 = getattr(L, "GGML_TYPE_BF16", 30)  # ggml.h's enum value; llama-cpp-python 0.3.36 exports only F32/F16..
+    kv_type = {"f32": L.GGML_TYPE_F32, "bf16": bf16, "f16": L.GGML_TYPE_F16,
                "q4_1": L.GGML_TYPE_F16}[precision]
     rows = []
 
-    def run_once(n, t, seed):
+    def context(n, t):
         cparams = L.llama_context_default_params()
         cparams.n_ctx = len(prompt) + n * t + 8 if kv_unified else n * (len(prompt) + t + 8)
         cparams.n_batch = max(len(prompt), n)
@@ -227,6 +226,10 @@ def llama_cells(precision: str, gguf: Path, prompt: list[int], ns, tokens, repea
         ctx = L.llama_init_from_model(model, cparams)
         if not ctx:
             raise RuntimeError(f"llama.cpp context for N={n} failed")
+        return ctx, cparams.n_ctx
+
+    def run_once(ctx, n_ctx, n, t, seed):  # one context per cell (made before the timing), emptied per run
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
         smpl = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         L.llama_sampler_chain_add(smpl, L.llama_sampler_init_dist(seed))
         batch = L.llama_batch_init(max(len(prompt), n), 0, 1)
@@ -251,25 +254,27 @@ def llama_cells(precision: str, gguf: Path, prompt: list[int], ns, tokens, repea
                     batch.seq_id[j][0] = j
                     batch.logits[j] = True
                 if L.llama_decode(ctx, batch) != 0:
-                    raise RuntimeError(f"llama_decode failed at step {step} (N={n}, n_ctx={cparams.n_ctx})")
+                    raise RuntimeError(f"llama_decode failed at step {step} (N={n}, n_ctx={n_ctx})")
                 toks = [L.llama_sampler_sample(smpl, ctx, j) for j in range(n)]
                 generated += n
             return generated
         finally:
             L.llama_batch_free(batch)
             L.llama_sampler_free(smpl)
-            L.llama_free(ctx)
 
-    del ctypes
     layout = f"ggml pool, {threads} threads, KV {'unified' if kv_unified else 'one stream per sequence'}"
-    run_once(min(ns), 16, 0)  # warm-up
+    ctx, n_ctx = context(min(ns), 16)
+    run_once(ctx, n_ctx, min(ns), 16, 0)  # warm-up
+    L.llama_free(ctx)
     for t in tokens:
         for n in ns:
             if n > LLAMA_MAX_SEQ:
                 print(f"[fair] llama_cpp_batched/{precision} N={n}: skipped, more sequences than llama.cpp's "
                       f"LLAMA_MAX_SEQ = {LLAMA_MAX_SEQ}", flush=True)
                 continue
-            secs, toks = timed(lambda rep: run_once(n, t, 1 + rep), repeats)
+            ctx, n_ctx = context(n, t)
+            secs, toks = timed(lambda rep: run_once(ctx, n_ctx, n, t, 1 + rep), repeats)
+            L.llama_free(ctx)
             rows.append(cell("llama_cpp_batched", precision, n, t, len(prompt), secs, toks, layout,
                              note="as shipped (4-bit weights)" if precision == "q4_1" else ""))
             report(rows[-1])
@@ -335,7 +340,7 @@ def report(row: dict) -> None:
 
 
 def add_ceiling(rows: list[dict], ceiling: list[dict], params: int) -> None:
-    square = {r["precision"]: r["gflops"] for r in ceiling if r["shape"].startswith("square")}
+    square = {r["precision"]: float(r["gflops"]) for r in ceiling if r["shape"].startswith("square")}
     for r in rows:
         rate = square.get("fp32" if r["precision"] == "fp32" else "bf16")
         if rate:
