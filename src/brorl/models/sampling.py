@@ -11,6 +11,11 @@ positions and attention need no masks. Pure temperature sampling: no top-k, no t
 forward batch is the number of distinct prefixes rather than N per prompt (many of the N short completions
 of a trained model coincide). ``SAMPLERS`` maps the engine names to the two functions.
 
+Both decode into a preallocated KV cache (:class:`PreallocatedLayer`): the prompt's cache is copied once into
+buffers with room for every token still to come, and each step writes its keys and values in place, where
+``DynamicCache`` concatenates (copies) the whole cache of every layer at every step; attention reads a view of the
+filled part. Same numbers as the concatenating cache (tests/test_sampling_cache.py).
+
 ``hf_generate_token_ids`` is the plain ``model.generate(num_return_sequences=N)`` baseline (no
 prefix sharing), kept for the benchmark and as a cross-check.
 """
@@ -20,6 +25,65 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
+from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One layer of a KV cache whose keys/values ([B, H, S, D]) live in buffers of ``capacity`` positions:
+    :meth:`update` writes the new positions in place (``DynamicLayer`` concatenates the whole cache every step) and
+    ``keys`` / ``values`` are views of the filled part. Grows by doubling if a step overflows the buffer."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, repeats: int = 1):
+        super().__init__()
+        self.dtype, self.device = keys.dtype, keys.device
+        self._n = keys.shape[-2]
+        self._k = self._buffer(keys, capacity, repeats)
+        self._v = self._buffer(values, capacity, repeats)
+        self.is_initialized = True
+        self._view()
+
+    @staticmethod
+    def _buffer(x: torch.Tensor, capacity: int, repeats: int) -> torch.Tensor:
+        b, h, n, d = x.shape
+        buf = x.new_empty((b * repeats, h, max(capacity, n), d))
+        buf.view(b, repeats, h, -1, d)[:, :, :, :n] = x.unsqueeze(1)  # repeat_interleave, written in place
+        return buf
+
+    def _view(self) -> None:
+        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        s = key_states.shape[-2]
+        if self._n + s > self._k.shape[2]:
+            cap = max(2 * self._k.shape[2], self._n + s)
+            self._k, self._v = (self._buffer(x, cap, 1) for x in (self.keys, self.values))
+        self._k[:, :, self._n: self._n + s] = key_states
+        self._v[:, :, self._n: self._n + s] = value_states
+        self._n += s
+        self._view()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self._n
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._k, self._v = (x.repeat_interleave(repeats, dim=0) for x in (self._k, self._v))
+        self._view()
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if indices.shape[0] == self._k.shape[0] and bool((indices == torch.arange(
+                indices.shape[0], device=indices.device)).all()):
+            return  # every row keeps its place (a prefix-tree step where no node split or finished)
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._view()
+
+
+def preallocate(cache, new_tokens: int, repeats: int = 1):
+    """``cache`` (a prefilled ``DynamicCache``) with every layer moved into a :class:`PreallocatedLayer` with room
+    for ``new_tokens`` more positions, each row repeated ``repeats`` times (``batch_repeat_interleave``)."""
+    cache.layers = [PreallocatedLayer(layer.keys, layer.values, layer.keys.shape[-2] + new_tokens, repeats)
+                    for layer in cache.layers]
+    return cache
 
 
 def model_device(model) -> torch.device:
@@ -35,10 +99,9 @@ def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: in
     n_rows = prompts.shape[0] * repeats
     out = torch.full((n_rows, max_new_tokens), pad_id, dtype=torch.long, device=prompts.device)
     res = model(input_ids=prompts, use_cache=True)
-    cache = res.past_key_values
+    cache = preallocate(res.past_key_values, max_new_tokens, repeats)
     logits = res.logits[:, -1, :].float()
     if repeats > 1:
-        cache.batch_repeat_interleave(repeats)
         logits = logits.repeat_interleave(repeats, dim=0)
     active = torch.arange(n_rows, device=prompts.device)
     for t in range(max_new_tokens):
@@ -163,15 +226,20 @@ def hf_generate_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_to
 
 # ----- prefix-tree sampler: one forward row per distinct partial completion
 
-def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Multinomial(counts[r], probs[r]) for every row r: [R, V] probs, [R] counts -> [R, V] counts.
+def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None):
+    """Multinomial(counts[r], probs[r]) for every row r, as the nonzero cells of the [R, V] count matrix:
+    (parent row, token, count), ordered by parent then token.
 
     Each of the ``counts[r]`` samples at node r draws its next token independently from ``probs[r]``
-    (exactly what i.i.d. sampling does); the draws are then tallied per (node, token)."""
+    (exactly what i.i.d. sampling does); the draws are then tallied per (node, token) with ``torch.unique``
+    (a dense [R, V] tally and its nonzero scan cost R x V per step). Rows with a count of 1 each (every
+    node a single sample) draw from ``probs`` itself, without gathering a copy: the same draws."""
     n_rows, vocab = probs.shape
     owner = torch.repeat_interleave(torch.arange(n_rows, device=probs.device), counts)
-    tok = torch.multinomial(probs[owner], 1, replacement=True, generator=generator).squeeze(1)
-    return torch.bincount(owner * vocab + tok, minlength=n_rows * vocab).view(n_rows, vocab)
+    rows = probs if owner.shape[0] == n_rows else probs[owner]
+    tok = torch.multinomial(rows, 1, replacement=True, generator=generator).squeeze(1)
+    cells, child_counts = torch.unique(owner * vocab + tok, sorted=True, return_counts=True)
+    return cells // vocab, cells % vocab, child_counts
 
 
 @torch.no_grad()
@@ -185,20 +253,18 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
     if max_new_tokens <= 0:
         return [torch.full((repeats, 0), pad_id, dtype=torch.long, device=device) for _ in range(n_prompts)]
     res = model(input_ids=prompts, use_cache=True)
-    cache = res.past_key_values
+    cache = preallocate(res.past_key_values, max_new_tokens)
     logits = res.logits[:, -1, :].float()
     owner = torch.arange(n_prompts, device=device)       # prompt of each live node
     counts = torch.full((n_prompts,), repeats, dtype=torch.long, device=device)
     hist = torch.empty((n_prompts, 0), dtype=torch.long, device=device)  # tokens of each live node so far
     leaves: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (owner, count, padded ids)
     for t in range(max_new_tokens):
-        if temperature > 0:
-            split = _split_counts(torch.softmax(logits / temperature, dim=-1), counts, generator)
+        if temperature > 0:  # children, grouped by parent
+            parent, tok, child_counts = _split_counts(torch.softmax(logits / temperature, dim=-1), counts,
+                                                      generator)
         else:
-            split = torch.zeros_like(logits, dtype=torch.long)
-            split.scatter_(1, logits.argmax(dim=-1, keepdim=True), counts.unsqueeze(1))
-        parent, tok = split.nonzero(as_tuple=True)        # children, grouped by parent
-        child_counts = split[parent, tok]
+            parent, tok, child_counts = torch.arange(len(counts), device=device), logits.argmax(dim=-1), counts
         hist = torch.cat([hist[parent], tok.unsqueeze(1)], dim=1)
         owner = owner[parent]
         done = tok == eos_id
