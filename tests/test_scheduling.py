@@ -14,8 +14,9 @@ spec = importlib.util.spec_from_file_location("critical_path", PROJECT_ROOT / "b
 cp = sys.modules.setdefault("critical_path", importlib.util.module_from_spec(spec))
 spec.loader.exec_module(cp)
 
-# A run of the default DAG as it ran before issue 31 (threads and priorities of main 016b0dc; seconds and CPU
-# seconds from its logs/benchmarks): docs/results/timing/ says when and under what load.
+# The default DAG as main 016b0dc planned it (threads, priorities from its Snakefile) with each job's CPU seconds
+# from a measured run (docs/results/tiny/run_time.md, 2026-12-05: a rule's CPU seconds over its jobs) and, for a
+# quiet machine, seconds = CPU seconds (2-thread jobs: CPU / 1.25). docs/results/timing/README.md.
 BEFORE_TABLE = PROJECT_ROOT / "tests/data/timing/before_jobs.csv"
 
 
