@@ -12,7 +12,7 @@ export DVC_NO_ANALYTICS := 1
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := 1
 
-.PHONY: vllm-cpu rehearsal rehearsal-slurm llama-cpp bench-fair small slurm-dag setup reproduce test test-fast pull migrate-layout report lint mlflow-ui bench critical-path gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
+.PHONY: vllm-cpu rehearsal rehearsal-slurm llama-cpp bench-fair small slurm-dag setup reproduce test test-fast pull migrate-layout report lint mlflow-ui bench critical-path time-dag gpu-wheels gpu-lock gpu-lock-check study-docs results-docs clean
 
 setup: $(VENV)/.installed
 
@@ -166,6 +166,12 @@ bench: setup
 
 critical-path: setup       ## the last run's wall time, critical path and time per rule (logs/<root>/benchmarks)
 	$(BIN)/python benchmarks/critical_path.py $(if $(filter-out config/config.yaml,$(CONFIG)),--configfile $(CONFIG))
+
+# The default DAG's time on a fresh clone of HEAD (issue 31): snakemake --cores all, the no-op rerun, the load
+# average over the run, critical path and replay table, in $(TIME_DAG_DIR)/time_dag.md (README, "Time").
+TIME_DAG_DIR ?= $(abspath ..)/brorl-time-dag
+time-dag: setup            ## time the default DAG on a fresh clone of HEAD in $(TIME_DAG_DIR) (quiet machine)
+	TIME_DAG_DIR=$(TIME_DAG_DIR) BIN=$(BIN) CONFIG="$(CONFIG)" benchmarks/time_dag.sh
 
 # Wheels for benchmarks/gpu_check.py on the one-GPU host (Python 3.12, no network): what it lacks, for cp312
 # x86-64, into an ignored folder that travels with the tree (docs/profiles.md, "Paper-profile training").

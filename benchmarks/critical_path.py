@@ -17,6 +17,10 @@ scratch; an untimed job passes its dependencies on). Printed:
   before it started; a job's ``wait`` is the time between that dependency's end and its own start (a job
   that waited had its inputs and no free core);
 - every rule's jobs, seconds and share of the summed job time.
+
+``--write-table runs.csv`` also writes the run's jobs (threads and priority as planned, wall and CPU seconds);
+``--replay runs.csv`` replays such a table (brorl.scheduling: Snakemake's job selection, no wall clock) as it ran
+and under the current Snakefile's threads and priorities, to compare two plans on one measured run (issue 31).
 """
 
 from __future__ import annotations
@@ -109,17 +113,19 @@ def last_run_start(workdir: str | Path, logs: str | Path | list) -> float | None
     return max(starts, default=None)
 
 
-def snakemake_dag(workdir: str | Path, configfiles: list[str]) -> dict[str, set[str]]:
+def snakemake_dag(workdir: str | Path, configfiles: list[str], cores: int = 1,
+                  plan: dict | None = None) -> dict[str, set[str]]:
     """{job: the jobs it waits for}, jobs named by their benchmark file (:func:`job_name`), from Snakemake's own
     DAG of the workflow in ``workdir`` (planned from scratch, so every job is in it). An untimed job (no
-    ``benchmark:``) is left out and passes its dependencies on to the jobs that wait for it."""
+    ``benchmark:``) is left out and passes its dependencies on to the jobs that wait for it. ``plan``, a dict,
+    gets {job: (threads, priority)} as Snakemake plans them on ``cores`` cores."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, Quietness,
                                           ResourceSettings)
 
     workdir = Path(workdir).resolve()
     with SnakemakeApi(OutputSettings(quiet={Quietness.ALL}, dryrun=True)) as api:
-        wf = api.workflow(resource_settings=ResourceSettings(cores=1),
+        wf = api.workflow(resource_settings=ResourceSettings(cores=cores),
                           config_settings=ConfigSettings(configfiles=[Path(c).resolve() for c in configfiles]),
                           snakefile=workdir / "Snakefile", workdir=workdir)
         wf.dag(DAGSettings(forceall=True))
@@ -139,6 +145,9 @@ def snakemake_dag(workdir: str | Path, configfiles: list[str]) -> dict[str, set[
                     memo[job] |= {name[dep]} if name[dep] else timed_deps(dep)
             return memo[job]
 
+        if plan is not None:
+            dag.update_priority()
+            plan.update({name[job]: (job.threads, dag.priority(job)) for job in dag.jobs if name[job]})
         return {name[job]: timed_deps(job) for job in dag.jobs if name[job]}
 
 
@@ -204,6 +213,65 @@ def report(timings: dict[str, Timing], deps: dict[str, set[str]], cores: int, un
     return "\n".join(lines)
 
 
+TABLE_COLUMNS = ("job", "threads", "priority", "seconds", "cpu_s")
+
+
+def write_table(path: str | Path, timings: dict[str, Timing], plan: dict) -> None:
+    """The run's jobs as a replay table: its threads and priority as planned, wall and CPU seconds."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(TABLE_COLUMNS)
+        for job in sorted(timings):
+            threads, priority = plan.get(job, (1, 0))
+            w.writerow([job, threads, priority, f"{timings[job].seconds:.2f}", f"{timings[job].cpu:.2f}"])
+
+
+def read_table(path: str | Path) -> dict[str, dict]:
+    """A replay table (:func:`write_table`): {job: {threads, priority, seconds, cpu_s}}; errors name file:line."""
+    out = {}
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != TABLE_COLUMNS:
+            raise ValueError(f"{path}:1: columns must be {','.join(TABLE_COLUMNS)}, got {reader.fieldnames}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                out[row["job"]] = {"threads": int(row["threads"]), "priority": float(row["priority"]),
+                                   "seconds": float(row["seconds"]), "cpu_s": float(row["cpu_s"])}
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{path}:{line}: {err}") from None
+    return out
+
+
+def replay(table: dict[str, dict], deps: dict[str, set[str]], plan: dict | None, cores: int):
+    """The schedule of the table's jobs under ``plan`` ({job: (threads, priority)}; None: the table's own
+    threads and priorities) on ``cores`` cores (brorl.scheduling). Returns (jobs, schedule)."""
+    from brorl.scheduling import PlannedJob, simulate
+
+    jobs = {}
+    for job, row in table.items():
+        threads, priority = (plan or {}).get(job, (row["threads"], row["priority"]))
+        jobs[job] = PlannedJob(job, threads, priority, frozenset(deps.get(job, ())), row["seconds"], row["cpu_s"],
+                               measured_threads=row["threads"])
+    return jobs, simulate(jobs, cores)
+
+
+def replay_report(table: dict[str, dict], deps: dict[str, set[str]], plan: dict, cores: int) -> str:
+    """The table's jobs replayed as they ran and as planned now (threads, priorities), side by side."""
+    from brorl.scheduling import critical_path as sim_path
+
+    lines = [f"replayed on {cores} cores (brorl.scheduling; no wall clock: the table's seconds)", "",
+             "| plan | makespan s | idle core-s | critical path (wait s) |", "|---|---|---|---|"]
+    for label, p in (("as the table ran", None), ("as planned now", plan)):
+        jobs, sched = replay(table, deps, p, cores)
+        path = ", ".join(f"{j} ({sched.wait(j):.0f})" for j in sim_path(sched, jobs))
+        lines.append(f"| {label} | {sched.makespan:.0f} | {sched.idle_core_seconds(cores):.0f} | {path} |")
+    changed = sorted(j for j in table if j in plan and tuple(plan[j]) != (table[j]["threads"], table[j]["priority"]))
+    lines += ["", "jobs whose threads or priority changed: " + (", ".join(
+        f"{j} {table[j]['threads']}t/{table[j]['priority']:g} -> {plan[j][0]}t/{plan[j][1]:g}" for j in changed)
+        or "none")]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default=str(ROOT), help="the project folder of the run")
@@ -213,13 +281,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--since", type=float, default=None,
                         help="count jobs that started at or after this epoch time (default: the last run's start)")
     parser.add_argument("--cores", type=int, default=os.cpu_count(), help="cores of the run (a lower bound's divisor)")
+    parser.add_argument("--write-table", metavar="CSV", help="also write the run's jobs (threads, priority as "
+                        "planned now, seconds, CPU s) as a replay table")
+    parser.add_argument("--replay", metavar="CSV", help="replay a table (--write-table) as it ran and under the "
+                        "current plan (threads, priorities) instead of reading logs/benchmarks")
     args = parser.parse_args(argv)
+    plan: dict = {}
+    deps = snakemake_dag(args.workdir, args.configfile, cores=args.cores, plan=plan)
+    if args.replay:
+        print(replay_report(read_table(args.replay), deps, plan, args.cores))
+        return 0
     logs = [Path(args.logs)] if args.logs else benchmark_dirs(args.workdir, args.configfile)
     since = args.since if args.since is not None else last_run_start(args.workdir, logs)
     timings = read_all_benchmarks(logs, since)
-    deps = snakemake_dag(args.workdir, args.configfile)
     untimed = [job for job in deps if job not in timings]
     print(report(timings, deps, args.cores, untimed))
+    if args.write_table:
+        write_table(args.write_table, timings, plan)
     return 0
 
 

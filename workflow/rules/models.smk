@@ -3,9 +3,11 @@
 # Threads and priorities (issue 21): a job that takes all cores (`threads: workflow.cores`; torch follows
 # OMP_NUM_THREADS when the config's `threads` is 0) runs alone, and Snakemake starts the highest-priority jobs
 # that fit the free cores (it never holds a core back). So the critical path (tasks -> SFT -> ProRL stage: 100)
-# and then the other all-core jobs (difficulty, throughput: 50) come first, each alone, before the one-thread
-# jobs fill every core: theory (3), evaluations (2), arms (1). The one-thread priorities stay small so that no
-# set of them outweighs an all-core job (up to 16 cores). The thread count does not change the numbers
+# and then the throughput study (all cores, 50) come first, each alone, before the one-thread jobs fill every
+# core (issue 31): the difficulty profiles (20), the extended sweep (5: the longest), the arms (4), then the short
+# theory jobs (3) and evaluations (2). Any two one-thread priorities sum below an all-core job's, so none of
+# them delays one (Snakemake's ILP sums priorities; tests/test_scheduling.py replays the plan on a measured
+# run: `benchmarks/critical_path.py --replay`). The thread count does not change the numbers
 # (README, "Time"). ALL_CORES: the environment of an all-core job: torch's threads, and OpenMP threads that
 # sleep rather than spin while they wait (on a busy shared machine, spinning made 2-thread jobs 5-15x slower).
 ALL_CORES = "OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
@@ -81,8 +83,8 @@ if TRAINED:
             at("start", "logs/data/difficulty_{model}.log"),
         benchmark:
             at("start", "logs/benchmarks/difficulty_{model}.tsv")
-        threads: workflow.cores
-        priority: 50
+        threads: 1  # 16 CPU s in 30 s at 2 threads: it cannot use a second core (issue 31)
+        priority: 20  # after the throughput study (50), before the one-thread jobs below
         conda:
             "../envs/brorl.yaml"
         shell:

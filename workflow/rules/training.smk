@@ -127,7 +127,7 @@ if TRAIN:
         benchmark:
             at("arms", "logs/benchmarks/train_arm/{arm}/seed{seed}.tsv")
         threads: ARM_THREADS
-        priority: 1
+        priority: 4  # above theory (3) and evaluation (2): right after the ProRL stage (models.smk, issue 31)
         conda:
             "../envs/brorl.yaml"
         shell:
