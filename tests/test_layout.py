@@ -219,3 +219,20 @@ def test_figure3_without_its_run_says_which_run_and_how_to_fix_it(tmp_path, no_t
     text = str(err.value)
     assert "no FINISHED run of theory_figure3 in experiment 'brorl-small'" in text
     assert "snakemake --forcerun theory_figure3" in text and str(png) in text
+
+
+def test_dvc_folders_track_this_roots_outputs_only():
+    """rule dvc_track's folders (brorl.layout.dvc_folders): each output under results/<root>/<folder>, a fetched
+    model by its manifest, a trained model and a manifest on their own; a reused base's outputs are left out."""
+    from brorl.layout import dvc_folders
+
+    got = dvc_folders("tiny-study", ["results/tiny-study/study/summary.md", "results/tiny/theory/summary.md",
+                                     "results/tiny-study/study/a/seed0/summary.json"],
+                      fetched=["resources/tiny-study/models/hub"], models=["resources/tiny-study/models/sft",
+                                                                             "resources/tiny/models/prorl"],
+                      manifests=["resources/tiny-study/models/hub.manifest.json"])
+    assert got == {"results/tiny-study/study": ["results/tiny-study/study/summary.md",
+                                                "results/tiny-study/study/a/seed0/summary.json"],
+                   "resources/tiny-study/models/hub": ["resources/tiny-study/models/hub.manifest.json"],
+                   "resources/tiny-study/models/sft": ["resources/tiny-study/models/sft"],
+                   "resources/tiny-study/models/hub.manifest.json": ["resources/tiny-study/models/hub.manifest.json"]}

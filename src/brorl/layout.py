@@ -336,3 +336,25 @@ def run_migrate_layout(configfile: list[str], dry_run: bool = False) -> None:
         print(f"migrate-layout: moved {len(moves)} path(s) under results/{profile.layout.root}/ (and the base's "
               f"root for reused groups); `snakemake -n --configfile {' '.join(configfile)}` should plan nothing new")
     print(json.dumps({"root": profile.layout.root, "moves": len(moves), "dry_run": dry_run}))
+
+
+def dvc_folders(root: str, outputs, fetched=(), models=(), manifests=()) -> dict[str, list[str]]:
+    """The DVC-tracked folders of one run (rule dvc_track) and the outputs each stands for, in the root ``root`` only
+    (the groups an overlay reuses are its base's, tracked by the base's own run): each output under its
+    ``results/<root>/<folder>``; a fetched model folder by its manifest; a model trained here and a fetch manifest
+    each as its own entry."""
+    folders: dict[str, list[str]] = {}
+
+    def track(folder: str, paths: list[str]) -> None:
+        if folder.split("/")[1] == root:
+            folders.setdefault(folder, []).extend(paths)
+
+    for path in outputs:
+        track("/".join(path.split("/")[:3]), [path])  # results/<root>/<folder>
+    for folder in fetched:
+        track(folder, [f"{folder}.manifest.json"])
+    for folder in models:
+        track(folder, [folder])
+    for manifest in manifests:
+        track(manifest, [manifest])
+    return folders

@@ -5,21 +5,12 @@
 # brorl.layout): the groups an overlay reuses are its base's, tracked by the base's own run.
 
 
-def _track(folders, folder, paths):
-    if folder.split("/")[1] == ROOT:
-        folders.setdefault(folder, []).extend(paths)
+from brorl.layout import dvc_folders
 
-
-DVC_TRACKED = {}
-for _path in (THEORY_OUTPUTS + DATA_OUTPUTS + ARM_RESULTS_FILES + TRAIN_SUMMARY + ARM_CHECKPOINTS + EVAL_OUTPUTS
-              + TABLE_OUTPUTS + THROUGHPUT_OUTPUTS + STUDY_SUMMARY + STUDY_ARM_FILES + STUDY_MODELS):
-    _track(DVC_TRACKED, "/".join(_path.split("/")[:3]), [_path])  # results/<root>/<folder>
-for _folder in FETCHED:  # a fetched model folder (its manifest stands for it) and the manifest, each its own .dvc
-    _track(DVC_TRACKED, _folder, [f"{_folder}.manifest.json"])
-for _folder in MODEL_OUTPUTS:  # a model trained here: its own .dvc
-    _track(DVC_TRACKED, _folder, [_folder])
-for _manifest in FETCH_MANIFESTS:
-    _track(DVC_TRACKED, _manifest, [_manifest])
+DVC_TRACKED = dvc_folders(  # {folder: the outputs it stands for}, this root's only (brorl.layout.dvc_folders)
+    ROOT, THEORY_OUTPUTS + DATA_OUTPUTS + ARM_RESULTS_FILES + TRAIN_SUMMARY + ARM_CHECKPOINTS + EVAL_OUTPUTS
+    + TABLE_OUTPUTS + THROUGHPUT_OUTPUTS + STUDY_SUMMARY + STUDY_ARM_FILES + STUDY_MODELS,
+    fetched=FETCHED, models=MODEL_OUTPUTS, manifests=FETCH_MANIFESTS)
 DVC_FILES = [f"{folder}.dvc" for folder in DVC_TRACKED]
 
 
