@@ -328,12 +328,12 @@ def test_sampled_heldout_scores_paper_data_with_the_training_reward(prepared, tm
     toy_model(tmp_path / "tiny", tmp_path / "sft", max_steps=30)
     settings = {"mode": "sampled", "split": "validation", "samples": 4, "max_tokens": 8, "engine": "hf"}
     cache = tmp_path / "cache"
-    start = H.measure_cached(tmp_path / "sft", prepared["data"], settings, cache)
+    start = H.measure_cached(tmp_path / "sft", prepared["data"], settings, cache, source="paper")
     records = read_split(prepared["data"], "validation")
     assert list(start["ids"]) == [str(r["id"]) for r in records] and int(start["samples"]) == 4
     assert set(np.unique(start["p"] * 4)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
     assert len(list(cache.glob("*.npz"))) == 1
-    again = H.measure_cached(tmp_path / "sft", prepared["data"], settings, cache)  # read back, not re-sampled
+    again = H.measure_cached(tmp_path / "sft", prepared["data"], settings, cache, source="paper")  # read back, not re-sampled
     assert np.array_equal(again["p"], start["p"]) and len(list(cache.glob("*.npz"))) == 1
     out = H.metrics(start, start, ks=[1, 4, 16])
     assert out["estimate"] == "sampled (4 per prompt)" and out["probes"]["pairs"] == 0

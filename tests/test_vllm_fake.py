@@ -351,9 +351,7 @@ def _stubborn_engine(ready):  # a child that ignores SIGTERM, as the CPU build's
     time.sleep(600)
 
 
-def test_stop_engine_processes_ends_a_child_that_ignores_sigterm():
-    """The runner's clean-up after lm-eval's vllm backend: every multiprocessing child is ended, a stubborn one by
-    SIGKILL after the grace period, so a finished evaluate job exits (issue 28: its process hung at exit)."""
+def _stop_scenario(out):  # in its own process: the children of other tests in this pytest process do not count
     import multiprocessing
 
     from brorl.models.vllm_cpu import stop_engine_processes
@@ -362,10 +360,24 @@ def test_stop_engine_processes_ends_a_child_that_ignores_sigterm():
     ready = ctx.Event()
     proc = ctx.Process(target=_stubborn_engine, args=(ready,))
     proc.start()
-    assert ready.wait(300) and proc.is_alive()  # hang guard only
-    assert stop_engine_processes(grace_s=2) == 1
-    assert not proc.is_alive() and proc.exitcode == -9
-    assert stop_engine_processes(grace_s=2) == 0
+    started = ready.wait(300) and proc.is_alive()  # hang guard only
+    stopped = stop_engine_processes(grace_s=2)
+    out.put((started, stopped, proc.is_alive(), proc.exitcode, stop_engine_processes(grace_s=2)))
+
+
+def test_stop_engine_processes_ends_a_child_that_ignores_sigterm():
+    """The runner's clean-up after lm-eval's vllm backend: every multiprocessing child is ended, a stubborn one by
+    SIGKILL after the grace period, so a finished evaluate job exits (issue 28: its process hung at exit). Run in a
+    forked process of its own: the full suite leaves other multiprocessing children in this one."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    runner = ctx.Process(target=_stop_scenario, args=(out,))
+    runner.start()
+    started, stopped, alive, exitcode, again = out.get(timeout=400)  # hang guard only
+    runner.join(60)
+    assert started and stopped == 1 and not alive and exitcode == -9 and again == 0
 
 
 # --------------------------------------------------------------------------- lm-eval's vllm backend

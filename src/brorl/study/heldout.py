@@ -77,7 +77,7 @@ def sampled_probabilities(model_dir: str | Path, data_dir: str | Path, split: st
                           samples: int = 256, max_tokens: int = 0, temperature: float = 1.0, top_p: float = 1.0,
                           engine: str = "hf", seed: int = 1234, vllm_args: dict | None = None,
                           chunk_samples: int = 4096, progress: bool = True,
-                          source: str | None = None) -> dict[str, np.ndarray]:
+                          source: str = "tasks") -> dict[str, np.ndarray]:
     """Per-prompt p estimated from ``samples`` completions scored by the training reward (the stage's
     :func:`brorl.training.stage.make_reward` of the data source kind ``source``: the declared profile.data);
     same keys as :func:`probabilities` plus ``correct`` and
@@ -150,7 +150,7 @@ def _vllm_samples(model_dir, prompts, samples, max_tokens, temperature, top_p, s
 
 
 def measure(model_dir: str | Path, data_dir: str | Path, heldout: dict | None = None, *,
-            source: str | None = None) -> dict[str, np.ndarray]:
+            source: str = "tasks") -> dict[str, np.ndarray]:
     """Held-out per-prompt p of a checkpoint by the ``study.heldout`` settings (:data:`HELDOUT_DEFAULTS`);
     ``source``: the data source kind whose reward scores sampled completions (the declared profile.data)."""
     h = {**HELDOUT_DEFAULTS, **(heldout or {})}
@@ -162,7 +162,7 @@ def measure(model_dir: str | Path, data_dir: str | Path, heldout: dict | None = 
 
 
 def measure_cached(model_dir: str | Path, data_dir: str | Path, heldout: dict | None, cache_dir, *,
-                   source: str | None = None) -> dict:
+                   source: str = "tasks") -> dict:
     """:func:`measure`, kept in ``cache_dir`` (keyed by the settings, the data folder and the model files'
     sizes and times) so a start model shared by many arms is measured once. ``cache_dir`` None: no cache."""
     if cache_dir is None:
@@ -262,7 +262,7 @@ def run_study_arm(config: dict, init_model_dir, data_dir, work_dir, model_out, r
 
 
 def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, *, arm: str, seed: int,
-                source: str | None = None) -> dict:
+                source: str = "tasks") -> dict:
     """Held-out metrics of ``model_out`` against ``init_model_dir``: exact p on the test split (the tiny study), or
     sampled by ``config["heldout_settings"]`` (the paper data, scored by the reward of ``source``, the declared
     profile.data; the start model's kept in ``heldout_cache``);
