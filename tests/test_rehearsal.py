@@ -60,9 +60,30 @@ def test_rehearsal_overlay_declares_its_profile_and_the_real_engines(cfg):
     assert cfg["tracking"]["experiment"] == "brorl-rehearsal" and cfg["dvc"]["push"] is True
 
 
-def test_rehearsal_writes_that_its_numbers_are_not_results():
-    text = (ROOT / "config" / "rehearsal.yaml").read_text()
-    assert "NOT a result" in text
+def test_rehearsal_writes_that_its_numbers_are_not_results(tmp_path, monkeypatch):
+    """The rehearsal declares a caveat (profile.caveat); every markdown table and report a job writes under it opens
+    with that sentence: here a table (brorl.tables.render), written under the declared profile as common.smk exports
+    it (BRORL_PROFILE). The tiny profile declares none: its tables are unchanged."""
+    from brorl.profile import Profile, report
+    from brorl.tables.render import Cell, Row, Table
+
+    cfg = load_config(ROOT / "config" / "paper.yaml", ROOT / "config" / "rehearsal.yaml")
+    profile = Profile.from_config(cfg)
+    assert "NOT a result" in profile.caveat
+    tiny = Profile.from_config(load_config(ROOT / "config" / "config.yaml"))
+    assert tiny.caveat is None and report("| a |\n", tiny) == "| a |\n"
+
+    monkeypatch.setenv("BRORL_PROFILE", profile.to_json())
+    table = Table("t", "caption", [("x", "x")], rows=[Row("ours", "n4", {"x": Cell(1.0)}, profile="rehearsal")])
+    table.write(tmp_path / "t.csv", tmp_path / "t.md")
+    first = (tmp_path / "t.md").read_text().splitlines()[0]
+    assert first == f"> **rehearsal profile: {profile.caveat}**"
+    assert "NOT a result" not in (tmp_path / "t.csv").read_text()  # the CSV stays numbers
+
+    monkeypatch.setenv("BRORL_PROFILE", tiny.to_json())
+    table.write(tmp_path / "u.csv", tmp_path / "u.md")
+    assert "NOT a result" not in (tmp_path / "u.md").read_text()
+    assert (tmp_path / "u.md").read_text() == (tmp_path / "t.md").read_text().split("\n\n", 1)[1]
 
 
 def test_an_overlay_drops_a_fetch_entry_with_null(tmp_path):

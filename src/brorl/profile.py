@@ -81,6 +81,9 @@ class Profile:
     """An overlay's own name (its outputs under ``results/<name>-<overlay>/``; brorl.layout); none for a base."""
     reuses: tuple[str, ...] = ()
     """The stage groups an overlay takes from its base's root (brorl.layout.GROUPS)."""
+    caveat: str | None = None
+    """A sentence every generated markdown report and table opens with (:func:`report`), e.g. the rehearsal's "NOT a
+    result"; declared in the config, never derived from the name."""
 
     def __post_init__(self):
         object.__setattr__(self, "reuses", tuple(self.reuses))
@@ -148,3 +151,16 @@ class Profile:
             errors.append("tasks: required by profile.data: tasks (the tiny task suite) [rule: the profile's sections]")
         return errors
 
+
+def report(text: str, profile: "Profile | None" = None) -> str:
+    """``text`` (a generated markdown report or table) opened by the profile's declared :attr:`Profile.caveat`.
+
+    ``profile`` None: the declared profile of this command (``BRORL_PROFILE``, set by common.smk for every job);
+    without one, or without a caveat, ``text`` unchanged. Every markdown writer of a pipeline output calls this once.
+    """
+    if profile is None:
+        declared = os.environ.get("BRORL_PROFILE")
+        profile = Profile.parse(declared) if declared else None
+    if profile is None or not profile.caveat:
+        return text
+    return f"> **{profile.name} profile: {profile.caveat}**\n\n{text}"

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from brorl.data.hub import FetchError, HubClient, fetch_dataset
 from brorl.atomic import frame_to_csv, write_text
+from brorl.profile import report
 
 BLEND_FORMAT = "brorl.data_blend/1"
 
@@ -118,7 +119,7 @@ def write_blend_table(csv: str | os.PathLike[str], md: str | os.PathLike[str],
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, row in frame.iterrows():
         lines.append("| " + " | ".join("" if pd.isna(row[c]) else str(row[c]).replace("|", "/") for c in cols) + " |")
-    write_text(md, "\n".join(lines) + "\n")
+    write_text(md, report("\n".join(lines) + "\n"))
     return frame
 
 

@@ -31,6 +31,7 @@ from brorl.study.plan import BASE, all_settings, budget_settings, arm_spec, fami
 from brorl.stats import ALPHA, describe, fmt_p, one_sample, seed_level, verdict as seed_verdict
 from brorl.training.report import paired
 from brorl.atomic import atomic_open, save_figure, write_text
+from brorl.profile import report
 
 COLUMNS = ("setting", "n", "prompts_per_step", "seeds", "steps", "generated_samples", "kept_samples",
            "wall_time_s", "dynamic_sampling_pass_rate", "validation_pass1_end", "test_mean_at_k", "test_pass@16",
@@ -188,7 +189,7 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
                        out / "saturation.png")
     md = _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
                    measured=measured, tail=tail)
-    write_text(md_path, md)
+    write_text(md_path, report(md))
     return verdicts
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from brorl.atomic import atomic_open, write_text
+from brorl.profile import report
 
 GAP_MARK = "—"
 PAPER_DASH = "–"  # the paper's own "–" (a value it does not give)
@@ -225,7 +226,7 @@ class Table:
                                               "display", "value", "sd", "n", "gap", "run_ids", "runs"])
             w.writeheader()
             w.writerows(recs)
-        write_text(out_md, self.markdown())
+        write_text(out_md, report(self.markdown()))
         return [str(out_csv), str(out_md), str(out_cells)]
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 from brorl.theory.mass_balance import expected_unsampled_second_moments, unsampled_probability
 from brorl.theory.simulation import METRICS, SimulationSettings
 from brorl.atomic import frame_to_csv, save_figure, write_text
+from brorl.profile import report
 
 PANELS = {
     "q_pos": ("Q_pos (correct mass)", 1.0),
@@ -158,7 +159,7 @@ def write_summary(frame: pd.DataFrame, steps, md_path: str | Path, csv_path: str
     lines += [f"- {r}" for r in readings(table, steps[-1], q_start)]
     if seconds is not None:
         lines += ["", f"Simulation wall time: {seconds:.1f} s."]
-    write_text(md_path, "\n".join(lines) + "\n")
+    write_text(md_path, report("\n".join(lines) + "\n"))
     return table
 
 
@@ -302,7 +303,7 @@ def write_sweep(frame: pd.DataFrame, settings: SimulationSettings, csv_path, md_
             f"{r['any_step_worst_correct_delta_min']:.2e} | {r['expected_u_pos2']:.2e} | "
             f"{r['expected_u_neg2']:.2e} | {r['expected_coupling']:.2e} | "
             f"{r['expected_unsampled_correct_tokens']:.1f} |")
-    write_text(md_path, "\n".join(lines) + "\n")
+    write_text(md_path, report("\n".join(lines) + "\n"))
     _plot_sweep(table, png_path, n_final, pred)
     return {"n_no_loss_final": n_final, "n_no_loss_any_step": n_any, **pred}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from brorl.stats import MIN_SEEDS, describe, fmt_p, one_sample, seed_level, verdict as seed_verdict, welch
-from brorl.profile import sources
+from brorl.profile import report, sources
 from brorl.training.arms import Arm, arm_from_stages, arm_plan
 from brorl.atomic import frame_to_csv, save_figure, write_text
 
@@ -269,7 +269,7 @@ def training_summary(results_dir, md_path, csv_path, png_path, prorl_dir=None, r
               "sufficient at this scale and budget, not that the paper is wrong.", ""]
     _figure(arms, prorl_dir, png_path, plan)
     lines += [f"![training curves]({Path(png_path).name})", ""]
-    write_text(md_path, "\n".join(lines))
+    write_text(md_path, report("\n".join(lines)))
     return {"metrics": metrics, "readings": readings}
 
 

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 from brorl.atomic import atomic_open, save_figure, write_text
+from brorl.profile import report
 
 VLLM_ENGINES = {"vllm": True, "vllm_no_prefix_cache": False}
 """vLLM engines of the study -> ``enable_prefix_caching``."""
@@ -202,7 +203,7 @@ def write_outputs(rows: list[dict], csv_path: str | Path, png_path: str | Path |
         lines += [f"| {r['n_rollouts']} | {r['prompts']} | {r['engine']} | {_rate(r['samples_per_s'])} | "
                   f"{_rate(r['tokens_per_s'])} | {r['mean_length']:.2f} |" for r in rows]
         lines += ["", "Largest N over smallest N: " + ", ".join(f"{e} {v:.2f}x" for e, v in rat.items()) + "."]
-        write_text(md_path, "\n".join(lines) + "\n")
+        write_text(md_path, report("\n".join(lines) + "\n"))
     if png_path is not None:
         import matplotlib
 
