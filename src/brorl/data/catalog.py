@@ -12,8 +12,8 @@ One row per source, with what the rest of the package needs to fetch, convert an
 
 A benchmark or training source is a :class:`BenchmarkSpec`: ``repo_id`` and ``revision`` (``"main"``: a
 placeholder; a profile pins the commit in its config, ``evaluation.revisions`` / ``rl.data.revisions``), ``files``
-(globs, also the fetch's ``allow_patterns``), ``fields`` (column names), ``kind`` -- the converter
-(:func:`brorl.data.benchmarks.convert_rows`) *and* the reward kind (math, gpqa, ifeval, reasoning_gym, code) --,
+(globs, also the fetch's ``allow_patterns``), ``fields`` (column names), ``kind`` -- the module of :mod:`brorl.kinds` that converts its rows, scores its
+completions and rewards its training records (math, gpqa, ifeval, reasoning_gym, code) --,
 ``gated`` (the terms of a gated repository; licences are not recorded), ``paper`` and ``note`` (where it comes
 from, how sure we are). :func:`rows` lists the whole catalog as one table.
 
@@ -22,12 +22,12 @@ Table 3's columns, ``brorl.tables``), :data:`BENCHMARK_NAMES`, :data:`CODE_BENCH
 (BroRL Table 5's columns, the Reasoning Gym generator). The paper's own description of its data blend (sizes,
 how sure the ids are) is :mod:`brorl.data.blend`.
 
-Adding a paper benchmark: a row here (a new kind also needs a converter in :mod:`brorl.data.benchmarks` and a
-scorer in ``brorl/evaluation/lm_eval_tasks_paper/paper_utils.py``), its pin in ``config/paper.yaml``, its paper
-values in ``brorl/tables/paper_reference.yaml``. Its lm-eval task is rendered from the row at run time (nothing
-generated to commit).
+Adding a paper benchmark: a row here (a new kind: also its module ``brorl/kinds/<kind>.py``), its pin in
+``config/paper.yaml``, its paper values in ``brorl/tables/paper_reference.yaml``. Its lm-eval task is rendered from
+the row at run time (nothing generated to commit).
 
-This module only holds data (no imports beyond the standard library), so the DAG and the tables read it cheaply.
+This module only holds data (imports: the standard library and the Reasoning Gym categories of
+:mod:`brorl.kinds.reasoning_gym`), so the DAG and the tables read it cheaply.
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
-PROMPT_SEPARATOR = "\n\n"
-"""Between a benchmark's problem and its instruction in every converted prompt (:mod:`brorl.data.benchmarks`,
-:mod:`brorl.data.reasoning_gym`)."""
+from brorl.kinds.reasoning_gym import RG_CATEGORIES
 
 #: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root. ``commit``: the
 #: pinned commit, which is what is fetched (issue 17: commits seen in public references); the branch is a label:
@@ -67,10 +65,6 @@ PAPER_MODELS: dict[str, dict[str, str]] = {
         "dest": "resources/models/prorl-v1",
     },
 }
-
-RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
-                 "graphs", "induction", "logic")
-"""The 11 Reasoning Gym categories of BroRL Table 5 / ProRL v1."""
 
 GPQA_TERMS = ("share your contact information with the authors, and do not reveal examples from the dataset "
               "in plain text or images online")
