@@ -78,11 +78,13 @@ def sources() -> dict[str, Source]:
     for path in sorted(root.glob(f"*/{SOURCE_MODULE}.py")):
         module = importlib.import_module(f"brorl.{path.parent.name}.{SOURCE_MODULE}")
         for cls in vars(module).values():
-            if isinstance(cls, type) and cls.__module__ == module.__name__ and isinstance(getattr(cls, "kind", None), str):
-                if cls.kind in found:
-                    raise ValueError(f"data source kind {cls.kind!r} is defined twice ({module.__name__}.{cls.__name__} "
-                                     f"and {type(found[cls.kind]).__module__})")
-                found[cls.kind] = cls()
+            if not (isinstance(cls, type) and cls.__module__ == module.__name__
+                    and isinstance(getattr(cls, "kind", None), str)):
+                continue
+            if cls.kind in found:
+                raise ValueError(f"data source kind {cls.kind!r} is defined twice ({module.__name__}.{cls.__name__} "
+                                 f"and {type(found[cls.kind]).__module__})")
+            found[cls.kind] = cls()
     return found
 
 

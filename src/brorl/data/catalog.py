@@ -12,8 +12,9 @@ One row per source, with what the rest of the package needs to fetch, convert an
 
 A benchmark or training source is a :class:`BenchmarkSpec`: ``repo_id`` and ``revision`` (``"main"``: a
 placeholder; a profile pins the commit in its config, ``evaluation.revisions`` / ``rl.data.revisions``), ``files``
-(globs, also the fetch's ``allow_patterns``), ``fields`` (column names), ``kind`` -- the module of :mod:`brorl.kinds` that converts its rows, scores its
-completions and rewards its training records (math, gpqa, ifeval, reasoning_gym, code) --,
+(globs, also the fetch's ``allow_patterns``), ``fields`` (column names), ``kind`` -- the module of
+:mod:`brorl.kinds` that converts its rows, scores its completions and rewards its training records (math, gpqa,
+ifeval, reasoning_gym, code) --,
 ``gated`` (the terms of a gated repository; licences are not recorded), ``paper`` and ``note`` (where it comes
 from, how sure we are). :func:`rows` lists the whole catalog as one table.
 
@@ -35,7 +36,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
-from brorl.kinds.reasoning_gym import RG_CATEGORIES
+from brorl.kinds.reasoning_gym import RG_CATEGORIES  # noqa: F401 -- BroRL Table 5's columns, read from here
 
 #: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root. ``commit``: the
 #: pinned commit, which is what is fetched (issue 17: commits seen in public references); the branch is a label:

@@ -9,8 +9,9 @@ from brorl.data.training import TrainDataSettings, make_paper_reward
 
 class PaperSource:
     """The paper training data as a data source kind (``profile.data: paper``; :class:`brorl.profile.Source`):
-    ``<data_dir>/<source>/{train,validation}.jsonl`` written by the train_data rule (:func:`brorl.data.training.prepare_train_data`), each
-    record scored by its source's reward kind. No exact probabilities: held-out p is sampled and scored."""
+    ``<data_dir>/<source>/{train,validation}.jsonl`` written by the train_data rule
+    (:func:`brorl.data.training.prepare_train_data`), each record scored by its source's reward kind. No exact
+    probabilities: held-out p is sampled and scored."""
 
     kind = "paper"
     start = "fetched"

@@ -16,7 +16,7 @@ kind (module)             converter / reward / lm-eval scorer
 
 The tiny tasks are the sixth kind: they are generated, verified and described by :mod:`brorl.tasks` (one entry per
 family in :data:`brorl.tasks.families.FAMILIES`) and their lm-eval tasks rendered by
-:mod:`brorl.evaluation.tiny_tasks`.
+:mod:`brorl.evaluation.tiny`.
 
 Adding a kind: a module here defining ``KIND`` (its converter, scorer and, for training data, its reward) and a
 catalog row naming it; :func:`kind` finds the module by the name (nothing to register), the converters
