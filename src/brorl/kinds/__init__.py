@@ -14,6 +14,9 @@ kind (module)             converter / reward / lm-eval scorer
 ``reasoning_gym``         generated locally by the reasoning-gym package; each task's own verifier
 ========================  =====================================================================================
 
+A converted record's ``prompt`` is the user message; the chat template is applied later (lm-eval's
+``--apply_chat_template``, the training stage).
+
 The tiny tasks are the sixth kind: they are generated, verified and described by :mod:`brorl.tasks` (one entry per
 family in :data:`brorl.tasks.families.FAMILIES`) and their lm-eval tasks rendered by
 :mod:`brorl.evaluation.tiny`.

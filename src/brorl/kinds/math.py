@@ -1,8 +1,10 @@
 """Maths problems with a gold answer (aime24, aime25, amc, math500, minerva, olympiadbench; DeepScaleR for training).
 
 - converter: ``prompt = problem + "\\n\\n" + MATH_INSTRUCTION``, ``answer`` the gold answer as text (lists joined
-  with ", ", integral floats as integers). A row without a usable gold answer stops a benchmark; a training source
-  (``skip_unusable_gold``) skips and counts it.
+  with ", ", integral floats as integers). The instruction is DeepSeek-R1's usage recommendation for maths (the
+  DeepSeek-R1 README, which also covers the R1-Distill-Qwen models ProRL starts from); BroRL and ProRL state no
+  evaluation prompt, so using it here is **our choice**, as is the separator. A row without a usable gold answer
+  stops a benchmark; a training source (``skip_unusable_gold``) skips and counts it.
 - reward and scorer: :func:`brorl.rewards.math_reward` (math-verify, gold first) in the reward pool's hard-timeout
   worker processes, 0/1; the evaluation scores by the training reward's rules, and an answer that runs out of the
   training deadline is verified again with :data:`brorl.kinds.base.EVAL_RETRY_TIMEOUT`, then logged as a timeout.
