@@ -54,3 +54,22 @@ def test_data_source_kinds_are_found_in_the_packages_source_modules():
     assert isinstance(found["paper"], PaperSource) and isinstance(found["tasks"], TaskSource)
     with pytest.raises(ValueError, match="profile.data: 'local' is not one of"):
         Profile(name="x", start="fetched", data="local")
+
+
+@pytest.mark.slow
+def test_same_numbers_as_before_the_kinds_move(tmp_path):
+    """Issue 33 step 3: scripts/kinds_check.py's digest (converted stand-in fixtures, cache requests, scores of fixed
+    completions, training rewards, lm-eval task names) equals the one written before the kinds moved
+    (tests/data/kinds_digest.json, main df9ea32). Task hashes are left out: they change with any scorer code."""
+    import json
+    import runpy
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = runpy.run_path(str(root / "scripts" / "kinds_check.py"))
+    script["main"](str(tmp_path / "digest.json"))
+    now = json.loads((tmp_path / "digest.json").read_text())
+    before = json.loads((root / "tests" / "data" / "kinds_digest.json").read_text())
+    for section in ("benchmarks", "scores", "train"):
+        assert now[section] == before[section], section
+    assert {k: v["lm_eval_task"] for k, v in now["tasks"].items()} == before["tasks"]
