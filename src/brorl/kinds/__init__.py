@@ -26,8 +26,8 @@ catalog row naming it; :func:`kind` finds the module by the name (nothing to reg
 (:mod:`brorl.data.benchmarks`), the training reward (:mod:`brorl.data.training`) and the lm-eval tasks
 (:mod:`brorl.evaluation.catalog_tasks`) ask it.
 
-This package sits below :mod:`brorl.data` and :mod:`brorl.evaluation` (its modules import only the rewards, the
-sandbox and the standard library), and this file only the standard library, so the catalog reads it cheaply.
+This package sits below :mod:`brorl.data` and :mod:`brorl.evaluation`: its modules import only the rewards, the
+sandbox, numpy and the standard library (this file only the standard library).
 """
 
 from __future__ import annotations
