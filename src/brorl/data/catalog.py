@@ -5,7 +5,7 @@ One row per source, with what the rest of the package needs to fetch, convert an
 - :data:`PAPER_MODELS`: hub checkpoints (``repo_id``, ``revision`` a branch, ``commit`` the pin that is fetched,
   ``dest``; :func:`brorl.data.hub.fetch_paper_model`);
 - :data:`PAPER_BENCHMARKS`: the default evaluation set (``config/paper.yaml``; their lm-eval tasks are rendered
-  from these rows, :mod:`brorl.evaluation.paper_benchmarks`);
+  from these rows, :mod:`brorl.evaluation.catalog_tasks`);
 - :data:`CODE_BENCHMARKS`: BroRL Table 4's code benchmarks (registered, evaluated when a config asks for them);
 - :data:`TRAIN_SOURCES`: the RL training sources with a computable reward (:mod:`brorl.data.training`), and
   :data:`LEFT_OUT`, the ones without.
