@@ -90,7 +90,7 @@ def the_prompt(model_dir: Path, config: Path) -> list[int]:
     import yaml
     from transformers import AutoTokenizer
 
-    from brorl.data.reasoning_gym import generate_reasoning_gym
+    from brorl.kinds.reasoning_gym import generate_reasoning_gym
     from brorl.tasks.core import format_prompt
 
     rg = yaml.safe_load(config.read_text())["rg_difficulty"]

@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=Path("results/bench/smollm2_throughput"))
     args = ap.parse_args(argv)
 
-    from brorl.data.reasoning_gym import generate_reasoning_gym
+    from brorl.kinds.reasoning_gym import generate_reasoning_gym
     from brorl.training.throughput import measure_throughput, write_outputs
 
     engines = list(args.engines)

@@ -51,12 +51,12 @@ def run_rl(a) -> dict:
     from brorl.training.settings import RLSettings
     from brorl.training.stage import grpo_config, make_reward
     from brorl.training.trainer import BroRLTrainer
-    from brorl.evaluation import paper_benchmarks
-    from brorl.evaluation.lm_eval_tasks_paper import paper_utils
+    from brorl.data.benchmarks import read_records
+    from brorl.evaluation import catalog_tasks
 
     out = Path(a.out)
     tok = AutoTokenizer.from_pretrained(a.model, local_files_only=True)
-    records = paper_utils.read_records(paper_benchmarks.data_file(a.data, a.benchmark))
+    records = read_records(catalog_tasks.data_file(a.data, a.benchmark))
     records = [records[int(i)] for i in a.pick.split(",")] if a.pick else records[: a.prompts]
     records = [{**r, "reward": "math"} for r in records]  # a paper training record names its reward kind
     from brorl.tasks.core import format_prompt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from brorl import kinds
 from brorl.data import catalog
 from brorl.profile import Profile
 from brorl.tables import plan
@@ -18,8 +19,8 @@ def test_rows_list_every_model_benchmark_and_training_source_once():
     assert {i for role, i in ids if role == "benchmark"} == set(catalog.ALL_BENCHMARK_NAMES)
     assert {i for role, i in ids if role == "train"} == set(catalog.TRAIN_SOURCES)
     for r in rows:
-        assert (r["repo_id"] is None) == (r["kind"] == "reasoning_gym"), r["id"]
-        assert r["role"] == "model" or r["kind"] in ("math", "gpqa", "ifeval", "reasoning_gym", "code"), r["id"]
+        assert r["role"] == "model" or r["kind"] in kinds.names(), r["id"]  # a module of brorl.kinds
+        assert (r["repo_id"] is None) == (r["role"] != "model" and kinds.kind(r["kind"]).generate is not None), r["id"]
     gated = [r["id"] for r in rows if r["gated"]]
     assert gated == ["gpqa_diamond"] and catalog.is_gated("gpqa_diamond") and not catalog.is_gated("aime24")
     assert catalog.PAPER_MODELS["prorl"]["commit"] == "c62ac5e70bd578a9235aa9d8e11fff2f1f63d4a0"

@@ -17,8 +17,10 @@ from brorl.data import benchmarks as data_benchmarks
 from brorl.data import catalog
 from brorl.data.blend import load_data_blend
 from brorl.data.hub import ChecksumError, FetchError, write_local_snapshot
-from brorl.evaluation import benchmarks, paper_benchmarks
-from brorl.evaluation.lm_eval_tasks_paper import TASKS_DIR, paper_utils
+from brorl.evaluation import benchmarks, catalog_tasks
+from brorl.evaluation.lm_eval_tasks import TASKS_DIR, kind_utils
+from brorl.kinds import code as kind_code, gpqa as kind_gpqa, ifeval as kind_ifeval, math as kind_math
+from brorl.kinds import reasoning_gym as kind_rg
 from brorl.tasks import core as task_core
 
 COMMIT = "1" * 40
@@ -138,14 +140,14 @@ def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("paper")
     hub = make_hub(root / "hub")
     data = root / "data"
-    results = paper_benchmarks.prepare_benchmarks(data, hub, samples_per_task=RG_SAMPLES)
+    results = catalog_tasks.prepare_benchmarks(data, hub, samples_per_task=RG_SAMPLES)
     yield {"hub": hub, "data": data, "results": results}
     rewards.configure()
     rewards.close()
 
 
 def records(data: Path, name: str) -> list[dict]:
-    return paper_utils.read_records(paper_benchmarks.data_file(data, name))
+    return kind_utils.read_records(catalog_tasks.data_file(data, name))
 
 
 # -------------------------------------------------------------------------------------- table and registry
@@ -179,11 +181,11 @@ def test_prepare_math_from_standin_hub_then_verify_and_detect_damage(tmp_path, m
     dest = tmp_path / "data" / "math500" / "test.jsonl"
     first = data_benchmarks.prepare_benchmark("math500", hub, dest)
     assert first["status"] == "prepared" and first["n_records"] == 3 and first["commit"] == COMMIT
-    recs = paper_utils.read_records(dest)
+    recs = kind_utils.read_records(dest)
     assert [r["id"] for r in recs] == ["test/algebra/0.json", "test/algebra/1.json", "test/algebra/2.json"]
     assert [r["answer"] for r in recs] == [g for _, g in MATH_PROBLEMS]
     for r, (q, _) in zip(recs, MATH_PROBLEMS):
-        assert r["problem"] == q and r["prompt"] == q + "\n\n" + data_benchmarks.MATH_INSTRUCTION
+        assert r["problem"] == q and r["prompt"] == q + "\n\n" + kind_math.MATH_INSTRUCTION
         assert r["source"].startswith(f"HuggingFaceH4/MATH-500@{COMMIT}:test.jsonl#")
     snap = tmp_path / "data" / "math500" / "snapshot"
     assert sorted(p.name for p in snap.iterdir()) == ["test.jsonl"]  # only the allow-listed file was fetched
@@ -240,7 +242,7 @@ def test_every_benchmark_is_prepared_with_its_fields(prepared):
     for name in catalog.MATH_BENCHMARKS:
         recs = records(data, name)
         assert len({r["id"] for r in recs}) == len(recs) == 3, name
-        assert all(r["prompt"].endswith(data_benchmarks.MATH_INSTRUCTION) and r["answer"] for r in recs), name
+        assert all(r["prompt"].endswith(kind_math.MATH_INSTRUCTION) and r["answer"] for r in recs), name
     assert [r["id"] for r in records(data, "aime24")] == ["60", "61", "62"]
     assert [r["id"] for r in records(data, "aime25")] == ["aime2025-I-0", "aime2025-I-1", "aime2025-II-0"]
     assert [r["answer"] for r in records(data, "amc")] == ["2", "42", "0.25"]  # floats as written by AMC
@@ -254,8 +256,8 @@ def test_every_benchmark_is_prepared_with_its_fields(prepared):
         assert sorted(rec["choices"]) == sorted(row[k] for k in row if "Answer" in k)
         assert rec["choices"]["ABCD".index(rec["answer"])] == rec["answer_text"] == row["Correct Answer"]
         assert rec["problem"] == row["Question"] and f"{rec['answer']}) {row['Correct Answer']}" in rec["prompt"]
-        assert rec["prompt"].endswith(data_benchmarks.GPQA_INSTRUCTION)
-    assert data_benchmarks.shuffle_choices("recA", "a", ["b", "c", "d"]) == data_benchmarks.shuffle_choices(
+        assert rec["prompt"].endswith(kind_gpqa.GPQA_INSTRUCTION)
+    assert kind_gpqa.shuffle_choices("recA", "a", ["b", "c", "d"]) == kind_gpqa.shuffle_choices(
         "recA", "a", ["b", "c", "d"])
 
     ifeval = records(data, "ifeval")
@@ -263,19 +265,19 @@ def test_every_benchmark_is_prepared_with_its_fields(prepared):
     assert json.loads(ifeval[1]["kwargs"]) == [{}]  # null arguments dropped, as lm-eval does
 
     rg = records(data, "reasoning_gym")
-    tasks = data_benchmarks.reasoning_gym_tasks()
+    tasks = kind_rg.reasoning_gym_tasks()
     assert len(rg) == len(tasks) * RG_SAMPLES and {r["task"] for r in rg} == set(tasks)
     assert {r["category"] for r in rg} == set(catalog.RG_CATEGORIES)
-    assert all(r["category"] == tasks[r["task"]] and r["prompt"].endswith(data_benchmarks.RG_INSTRUCTION) for r in rg)
+    assert all(r["category"] == tasks[r["task"]] and r["prompt"].endswith(kind_rg.RG_INSTRUCTION) for r in rg)
 
 
 # --------------------------------------------------------------------------------------- Reasoning Gym data
 
 def test_reasoning_gym_generates_offline_for_all_11_categories(prepared):
-    assert data_benchmarks.missing_rg_categories() == []  # reasoning-gym 0.1.25 has every category
+    assert kind_rg.missing_rg_categories() == []  # reasoning-gym 0.1.25 has every category
     report = prepared["results"]["reasoning_gym"]["report"]
     assert all(n >= 1 for n in report["categories"].values()) and "missing_categories" not in report
-    assert report["categories"] == {c: sum(1 for t in data_benchmarks.reasoning_gym_tasks().values() if t == c)
+    assert report["categories"] == {c: sum(1 for t in kind_rg.reasoning_gym_tasks().values() if t == c)
                                     for c in catalog.RG_CATEGORIES}
     assert report["reasoning_gym"] == "0.1.25"
     assert report["gold_changes_through_json"] == []  # after parse_reasoning_gym_entry (arc_agi / rearc)
@@ -285,7 +287,7 @@ def test_reasoning_gym_generates_offline_for_all_11_categories(prepared):
     # or draw from the global RNGs.
     sensitive = ["word_ladder", "ransom_note", "polynomial_multiplication", "list_functions", "knight_swap",
                  "isomorphic_strings", "codeio"]
-    again, _ = data_benchmarks.generate_reasoning_gym(samples_per_task=RG_SAMPLES, tasks=sensitive)
+    again, _ = kind_rg.generate_reasoning_gym(samples_per_task=RG_SAMPLES, tasks=sensitive)
     first = [r for r in records(prepared["data"], "reasoning_gym") if r["task"] in sensitive]
     assert sorted(again, key=lambda r: r["id"]) == sorted(first, key=lambda r: r["id"])
 
@@ -296,18 +298,18 @@ def test_rendered_tasks_load_and_build_their_requests(prepared, tmp_path):
     from lm_eval.tasks import TaskManager
 
     data = prepared["data"]
-    out = paper_benchmarks.render_tasks(data, tmp_path / "tasks")
+    out = catalog_tasks.render_tasks(data, tmp_path / "tasks")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [f"brorl_paper_{n}.yaml" for n in catalog.BENCHMARK_NAMES] + ["paper_utils.py"])
+        [f"brorl_paper_{n}.yaml" for n in catalog.BENCHMARK_NAMES] + ["kind_utils.py"])
     tm = TaskManager(include_path=str(out), include_defaults=False)
-    names = [paper_benchmarks.task_name(n) for n in catalog.BENCHMARK_NAMES]
+    names = [catalog_tasks.task_name(n) for n in catalog.BENCHMARK_NAMES]
     loaded = tm.load(names)["tasks"]
     assert sorted(loaded) == sorted(names)
     tok = FakeTokenizer()
     def chat(msgs, add_generation_prompt=True):  # lm-eval's lm.apply_chat_template
         return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=add_generation_prompt)
     for name in catalog.BENCHMARK_NAMES:
-        task = loaded[paper_benchmarks.task_name(name)]
+        task = loaded[catalog_tasks.task_name(name)]
         want = records(data, name)
         assert [d["id"] for d in task.eval_docs] == [r["id"] for r in want], name
         gk = task.config.generation_kwargs
@@ -336,39 +338,39 @@ def test_benchmark_render_pins_data_decoding_and_stop_ids(prepared, tmp_path):
                                         "top_k": 0, "max_gen_toks": 32768}
     out = bench.render(prepared["data"], tmp_path / "t", k=4, temperature=0.6, max_gen_toks=None,
                        stop_token_ids=[151643, 151643 + 1], backend="hf")
-    assert sorted(p.name for p in out.iterdir()) == ["brorl_paper_aime24.yaml", "paper_utils.py"]
+    assert sorted(p.name for p in out.iterdir()) == ["brorl_paper_aime24.yaml", "kind_utils.py"]
     cfg = yaml.safe_load((out / "brorl_paper_aime24.yaml").read_text().replace("!function", ""))
-    assert cfg["dataset_kwargs"]["data_file"] == str(paper_benchmarks.data_file(prepared["data"].resolve(), "aime24"))
-    assert bench.data_files(prepared["data"]) == [paper_benchmarks.data_file(prepared["data"], "aime24")]
+    assert cfg["dataset_kwargs"]["data_file"] == str(catalog_tasks.data_file(prepared["data"].resolve(), "aime24"))
+    assert bench.data_files(prepared["data"]) == [catalog_tasks.data_file(prepared["data"], "aime24")]
     assert cfg["repeats"] == 4 and cfg["filter_list"][0]["filter"][0] == {"function": "take_first_k", "k": 4}
     assert [x["metric"] for x in cfg["metric_list"]] == ["mean_at_k", "pass_at_1", "pass_at_2", "pass_at_4"]
     assert cfg["generation_kwargs"] == {"until": [], "do_sample": True, "temperature": 0.6, "top_p": 0.95,
                                         "top_k": 0, "max_gen_toks": 32768, "eos_token_id": [151643, 151644]}
-    vllm = paper_benchmarks.render_tasks(None, tmp_path / "v", names=["aime24"], stop_token_ids=[5], backend="vllm")
+    vllm = catalog_tasks.render_tasks(None, tmp_path / "v", names=["aime24"], stop_token_ids=[5], backend="vllm")
     gk = yaml.safe_load((vllm / "brorl_paper_aime24.yaml").read_text().replace("!function", ""))["generation_kwargs"]
     assert gk["stop_token_ids"] == [5] and "eos_token_id" not in gk
     bench.render(prepared["data"], out, k=2, temperature=0.6, names=["amc"])  # names is the benchmark's own
-    assert sorted(p.name for p in out.iterdir()) == ["brorl_paper_aime24.yaml", "paper_utils.py"]
+    assert sorted(p.name for p in out.iterdir()) == ["brorl_paper_aime24.yaml", "kind_utils.py"]
 
 
 def test_portable_tasks_are_the_default_rendering_and_load_from_metadata(prepared, tmp_path, capsys):
     from lm_eval.tasks import TaskManager
 
-    # the stock CLI's folder (python -m brorl.evaluation.paper_benchmarks DIR): rendered from the catalog, not shipped
+    # the stock CLI's folder (python -m brorl.evaluation.catalog_tasks DIR): rendered from the catalog, not shipped
     assert not list(TASKS_DIR.glob("*.yaml"))
-    assert paper_benchmarks.main([str(tmp_path / "portable")]) == 0
+    assert catalog_tasks.main([str(tmp_path / "portable")]) == 0
     portable = Path(capsys.readouterr().out.strip())
-    rendered = paper_benchmarks.render_tasks(None, tmp_path / "shipped")
+    rendered = catalog_tasks.render_tasks(None, tmp_path / "shipped")
     shipped = sorted(p.name for p in portable.iterdir())
     assert sorted(p.name for p in rendered.iterdir()) == shipped == sorted(
-        [*(f"brorl_paper_{n}.yaml" for n in catalog.BENCHMARK_NAMES), "paper_utils.py"])
+        [*(f"brorl_paper_{n}.yaml" for n in catalog.BENCHMARK_NAMES), "kind_utils.py"])
     for name in shipped:
         assert (portable / name).read_text() == (rendered / name).read_text()
     tm = TaskManager(include_path=str(portable), include_defaults=False, metadata={"data_dir": str(prepared["data"])})
     task = tm.load(["brorl_paper_gpqa_diamond"])["tasks"]["brorl_paper_gpqa_diamond"]
     assert [d["id"] for d in task.eval_docs] == ["recA", "recB"]
     with pytest.raises(ValueError, match="data_dir"):
-        paper_utils.load_records(benchmark="aime24")
+        kind_utils.load_records(benchmark="aime24")
 
 
 # ---------------------------------------------------------------------------------------------- scoring
@@ -386,24 +388,24 @@ def test_math_process_results_scores_hand_written_completions(prepared):
             wrong = "<think>Hmm.</think> The answer is $\\boxed{123456789}$."
             completions = [right, wrong, *GARBAGE]
             assert bench.score(doc, completions) == [1.0] + [0.0] * (1 + len(GARBAGE)), (name, doc["id"])
-            got = paper_utils.process_math(doc, [completions])
-            assert got == paper_utils.doc_metrics([1] + [0] * (len(completions) - 1))
+            got = kind_utils.process_math(doc, [completions])
+            assert got == kind_utils.doc_metrics([1] + [0] * (len(completions) - 1))
             assert got["mean_at_k"] == pytest.approx(1 / len(completions)) and got["pass_at_8"] == pytest.approx(0.8)
-            assert paper_utils.process_math(doc, [[wrong] * 4]) == {"mean_at_k": 0.0, "pass_at_1": 0.0,
+            assert kind_utils.process_math(doc, [[wrong] * 4]) == {"mean_at_k": 0.0, "pass_at_1": 0.0,
                                                                     "pass_at_2": 0.0, "pass_at_4": 0.0}
     # Equivalent forms of a gold answer count (math-verify), e.g. 0.5 for \frac{1}{2}.
     doc = records(prepared["data"], "math500")[1]
-    assert paper_utils.score_math(doc, ["\\boxed{0.5}", "\\boxed{\\dfrac{1}{2}}", "\\boxed{2}"]) == [1.0, 1.0, 0.0]
-    assert paper_utils.score_math({"id": "x"}, ["\\boxed{1}"]) == [0.0]  # a doc without a gold answer (warned)
+    assert kind_math.score(doc, ["\\boxed{0.5}", "\\boxed{\\dfrac{1}{2}}", "\\boxed{2}"]) == [1.0, 1.0, 0.0]
+    assert kind_math.score({"id": "x"}, ["\\boxed{1}"]) == [0.0]  # a doc without a gold answer (warned)
 
 
 def test_math_scorer_follows_the_training_rule():
     """The lm-eval math scorer is the training reward: a list of values in one box or an inexact decimal does not
     pay in evaluation either (issue 30)."""
     doc = {"id": "x", "answer": "13"}
-    assert paper_utils.score_math(doc, ["\\boxed{12 \\vee 13}", "\\boxed{12 13}", "\\boxed{１３}", "\\boxed{13}"]) == [
+    assert kind_math.score(doc, ["\\boxed{12 \\vee 13}", "\\boxed{12 13}", "\\boxed{１３}", "\\boxed{13}"]) == [
         0.0, 0.0, 1.0, 1.0]
-    assert paper_utils.score_math({"id": "y", "answer": "\\frac{1}{2}"}, ["\\boxed{0.5000001}"]) == [0.0]
+    assert kind_math.score({"id": "y", "answer": "\\frac{1}{2}"}, ["\\boxed{0.5000001}"]) == [0.0]
 
 
 def test_evaluation_retries_a_timed_out_answer_with_a_long_budget():
@@ -415,7 +417,7 @@ def test_evaluation_retries_a_timed_out_answer_with_a_long_budget():
     basel = "\\boxed{\\sum_{n=1}^{\\infty} \\frac{1}{n^2}}"
     rewards.configure(num_workers=1, timeout=0.01)
     try:
-        assert paper_utils.score_math({"id": "b", "answer": "\\frac{\\pi^2}{6}"}, [basel, "\\boxed{2}"]) == [1.0, 0.0]
+        assert kind_math.score({"id": "b", "answer": "\\frac{\\pi^2}{6}"}, [basel, "\\boxed{2}"]) == [1.0, 0.0]
         stats = rewards.get_default_pool().stats
         assert stats.timed_out_tasks >= 1 and stats.cache_hits == 0
     finally:
@@ -433,7 +435,7 @@ def test_evaluation_retries_a_timed_out_answer_with_a_long_budget():
     ("<answer><answer>C</answer></answer>", "C"),  # nested tags: the Reasoning Gym reward's rule (issue 30)
 ])
 def test_gpqa_letter_extraction_rule(text, letter):
-    assert paper_utils.extract_choice_letter(text) == letter
+    assert kind_gpqa.extract_choice_letter(text) == letter
 
 
 def test_gpqa_process_results_scores_hand_written_completions(prepared):
@@ -444,9 +446,9 @@ def test_gpqa_process_results_scores_hand_written_completions(prepared):
         completions = [f"<think>...</think>\nThe answer is \\boxed{{{gold}}}.", f"\\boxed{{{other}}}",
                        f"The answer is ({gold})", *GARBAGE]
         assert bench.score(doc, completions) == [1.0, 0.0, 1.0] + [0.0] * len(GARBAGE)
-        got = paper_utils.process_gpqa(doc, [completions])
+        got = kind_utils.process_gpqa(doc, [completions])
         assert got["mean_at_k"] == pytest.approx(2 / len(completions))
-    assert paper_utils.score_gpqa({"answer": "E"}, ["\\boxed{E}"]) == [0.0]
+    assert kind_gpqa.score({"answer": "E"}, ["\\boxed{E}"]) == [0.0]
 
 
 def test_reasoning_gym_process_results_scores_the_generated_gold_answers(prepared):
@@ -463,14 +465,14 @@ def test_reasoning_gym_process_results_scores_the_generated_gold_answers(prepare
         scores = bench.score(doc, [right, "<answer>zzz not it 0</answer>", *GARBAGE])
         assert scores[0] == 1.0, (doc["task"], doc["answer"])
         assert all(s < 0.5 for s in scores[1:]), (doc["task"], scores)
-        got = paper_utils.process_reasoning_gym(doc, [[right, "garbage"]])
+        got = kind_utils.process_reasoning_gym(doc, [[right, "garbage"]])
         assert got["mean_at_k"] == 0.5 and got["pass_at_2"] == 1.0 and got["mean_reward"] >= 0.5
     # The reward's own entry parser restores ARC's tuple boards: the gold answer scores 1.0 straight from JSON
     # (before issue 18 the reward scored it 0.05 and only the evaluation's scorer repaired the entry).
     arc = next(r for r in rg if r["task"] == "arc_agi")
     assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", arc["entry"]) == 1.0
     assert rewards.reasoning_gym_reward(f"<answer>{arc['answer']}</answer>", json.loads(arc["entry"])) == 1.0
-    assert paper_utils.score_reasoning_gym({"entry": "not json"}, ["<answer>1</answer>"]) == [0.0]
+    assert kind_rg.passed_reward({"entry": "not json"}, ["<answer>1</answer>"]) == [0.0]
 
 
 @pytest.fixture
@@ -497,7 +499,7 @@ def fake_ifeval_deps(monkeypatch):
 
 
 def test_ifeval_without_its_dependencies_says_what_is_missing(prepared):
-    missing = paper_utils.ifeval_missing()
+    missing = kind_ifeval.ifeval_missing()
     if not missing:
         pytest.skip("lm-eval's IFEval dependencies are installed here")
     doc = records(prepared["data"], "ifeval")[0]
@@ -513,22 +515,22 @@ def test_ifeval_uses_lm_evals_checks_on_the_text_after_think(prepared, fake_ifev
     upper = "Cats are soft and they purr"
     garbage = ["", "<think>an unfinished, thought", 12345, None, ["not", "a", "message"]]
     assert bench.score(doc, [right, comma, upper, *garbage]) == [1.0, 0.0, 0.0] + [0.0] * len(garbage)
-    got = paper_utils.process_ifeval(doc, [[right, comma]])
+    got = kind_utils.process_ifeval(doc, [[right, comma]])
     assert got["mean_at_k"] == 0.5 and got["pass_at_2"] == 1.0 and got["prompt_level_loose_acc"] == 0.5
     assert got["inst_level_strict_acc"] == [True, True, False, True]
-    assert paper_utils.agg_inst_level_acc([got["inst_level_strict_acc"], [False]]) == 0.6
+    assert kind_utils.agg_inst_level_acc([got["inst_level_strict_acc"], [False]]) == 0.6
 
 
 def _fake_lm_eval_result(bench, docs, completions_of_doc) -> dict:
     """What ``lm_eval.simple_evaluate(log_samples=True)`` returns, built from the task's own process_results."""
-    process = getattr(paper_utils, paper_utils.PROCESSORS[catalog.benchmark_spec(bench.name).kind])
+    process = getattr(kind_utils, f"process_{catalog.benchmark_spec(bench.name).kind}")
     samples = []
     for i, doc in enumerate(docs):
         comps = completions_of_doc(doc)
         samples.append({"doc_id": i, "doc": doc, "filtered_resps": [comps], "arguments": [[doc["prompt"], {}]],
                         **process(doc, [comps])})
     k = len(samples[0]["filtered_resps"][0])
-    names = paper_benchmarks.metric_names(k)
+    names = catalog_tasks.metric_names(k)
     agg = {f"{m},none": sum(s[m] for s in samples) / len(samples) for m in names}
     return {"samples": {bench.lm_eval_task: samples}, "results": {bench.lm_eval_task: agg},
             "n-samples": {bench.lm_eval_task: {"effective": len(samples)}}}
@@ -591,7 +593,7 @@ def code_prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("code")
     hub = code_hub(root / "hub")
     data = root / "data"
-    results = paper_benchmarks.prepare_benchmarks(data, hub, names=["apps", "taco"])
+    results = catalog_tasks.prepare_benchmarks(data, hub, names=["apps", "taco"])
     return {"hub": hub, "data": data, "results": results}
 
 
@@ -606,7 +608,7 @@ def test_code_table_and_registry():
             "code", "PRIME-RL/Eurus-2-RL-Data", "main", False)
         assert spec.files == ("validation.parquet",) and spec.where == {"data_source": (name,)}
         bench = benchmarks.get_benchmark(name)
-        assert bench.lm_eval_task == f"brorl_paper_{name}" and bench.score is paper_utils.score_code_solved
+        assert bench.lm_eval_task == f"brorl_paper_{name}" and bench.score is kind_code.score
         assert (bench.default_k, bench.default_temperature) == (16, 0.6) and bench.category_field is None
     assert "where" not in catalog.PAPER_BENCHMARKS["aime24"].to_dict()  # old cache requests unchanged
 
@@ -622,14 +624,14 @@ def test_prepare_code_from_standin_hub(code_prepared, tmp_path):
     stdio, call = apps
     assert set(stdio) >= {"id", "benchmark", "prompt", "problem", "tests", "answer", "source"}
     assert stdio["benchmark"] == "apps" and stdio["problem"] == "Read two integers and print their sum."
-    assert stdio["prompt"] == stdio["problem"] + "\n\n" + data_benchmarks.CODE_INSTRUCTION
+    assert stdio["prompt"] == stdio["problem"] + "\n\n" + kind_code.CODE_INSTRUCTION
     assert json.loads(stdio["tests"]) == SUM_TESTS and stdio["n_tests"] == 3 and stdio["fn_name"] == ""
     assert sandbox.parse_tests(stdio["tests"]).mode == "stdio"
     assert json.loads(call["tests"]) == ADD_TESTS and call["fn_name"] == "add"
-    assert call["prompt"].endswith(data_benchmarks.CODE_CALL_INSTRUCTION.format(fn_name="add"))
+    assert call["prompt"].endswith(kind_code.CODE_CALL_INSTRUCTION.format(fn_name="add"))
     assert call["source"] == f"PRIME-RL/Eurus-2-RL-Data@{COMMIT}:validation.parquet#1"
     again = data_benchmarks.prepare_benchmark("apps", code_prepared["hub"],
-                                         paper_benchmarks.data_file(code_prepared["data"], "apps"))
+                                         catalog_tasks.data_file(code_prepared["data"], "apps"))
     assert again["status"] == "verified"
     with pytest.raises(data_benchmarks.BenchmarkDataError, match="no row matches"):  # says what data_source holds
         data_benchmarks.prepare_benchmark("codecontests", code_prepared["hub"], tmp_path / "cc" / "test.jsonl")
@@ -638,14 +640,14 @@ def test_prepare_code_from_standin_hub(code_prepared, tmp_path):
 
     spec = replace(catalog.CODE_BENCHMARKS["apps"], repo_id="codeparrot/apps", files=("test.jsonl",), where={})
     out = data_benchmarks.prepare_benchmark("apps", code_prepared["hub"], tmp_path / "apps" / "test.jsonl", spec=spec)
-    got = paper_utils.read_records(out["dest"])
+    got = kind_utils.read_records(out["dest"])
     assert [r["id"] for r in got] == ["4000", "4001"] and [json.loads(r["tests"]) for r in got] == [SUM_TESTS, ADD_TESTS]
 
 
 def test_code_task_renders_and_loads_with_lm_eval(code_prepared, tmp_path):
     from lm_eval.tasks import TaskManager
 
-    out = paper_benchmarks.render_tasks(code_prepared["data"], tmp_path / "tasks", names=["apps", "taco"])
+    out = catalog_tasks.render_tasks(code_prepared["data"], tmp_path / "tasks", names=["apps", "taco"])
     tm = TaskManager(include_path=str(out), include_defaults=False)
     loaded = tm.load(["brorl_paper_apps", "brorl_paper_taco"])["tasks"]
     task = loaded["brorl_paper_apps"]
@@ -672,16 +674,16 @@ def test_code_process_results_scores_programs(code_prepared):
     partial = _fenced("a, b = map(int, input().split())\nprint(a + b if a != 5 else 0)")
     loop = _fenced("while True:\n    pass")
     comps = [correct, partial, loop, "no code at all", _fenced("def broken(:"), None, 12345]
-    fractions = paper_utils.score_code(stdio, comps)
+    fractions = kind_code.passed_fraction(stdio, comps)
     assert fractions[0] == 1.0 and abs(fractions[1] - 2 / 3) < 1e-9 and fractions[2:] == [0.0] * 5
-    assert paper_utils.score_code_solved(stdio, comps) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
-    m = paper_utils.process_code(stdio, [comps[:4]])
+    assert kind_code.score(stdio, comps) == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    m = kind_utils.process_code(stdio, [comps[:4]])
     assert m["mean_at_k"] == 0.25 and m["pass_at_1"] == 0.25 and m["pass_at_4"] == 1.0
     assert abs(m["mean_test_fraction"] - (1 + 2 / 3) / 4) < 1e-9
     call_ok = _fenced("class Solution:\n    def add(self, a, b):\n        return a + b")
-    assert paper_utils.score_code(call, [call_ok, correct]) == [1.0, 0.0]
-    assert paper_utils.process_code({"id": "x"}, [[correct]])["mean_at_k"] == 0.0  # no tests: 0, no error
-    assert paper_utils.process_code(stdio, [[]])["mean_at_k"] == 0.0
+    assert kind_code.passed_fraction(call, [call_ok, correct]) == [1.0, 0.0]
+    assert kind_utils.process_code({"id": "x"}, [[correct]])["mean_at_k"] == 0.0  # no tests: 0, no error
+    assert kind_utils.process_code(stdio, [[]])["mean_at_k"] == 0.0
     # The runner re-scores with Benchmark.score (binarised at 0.5) and agrees with what the task reports.
     bench = benchmarks.get_benchmark("apps")
     res = _fake_lm_eval_result(bench, [stdio, call], lambda d: [correct if d is stdio else call_ok, partial])

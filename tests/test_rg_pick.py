@@ -9,7 +9,7 @@ import pytest
 
 from brorl.config import PROJECT_ROOT, ConfigError
 from brorl.pipeline import load_config, validate_config
-from brorl.data.reasoning_gym import apply_picked, pick, picked_tasks
+from brorl.kinds.reasoning_gym import apply_picked, pick, picked_tasks
 from brorl.evaluation.rg_difficulty import write_csv
 
 

@@ -646,7 +646,7 @@ def test_paper_profile_refuses_the_fallback_in_training_and_evaluation(monkeypat
 
     import yaml
 
-    from brorl.evaluation.lm_eval_tasks_paper import paper_utils
+    from brorl.evaluation.lm_eval_tasks import kind_utils
     from brorl.data import training as paper_data
 
     with open(os.path.join(PROJECT, "config", "paper.yaml")) as f:
@@ -655,11 +655,11 @@ def test_paper_profile_refuses_the_fallback_in_training_and_evaluation(monkeypat
     monkeypatch.setattr(S, "SandboxConfig", functools.partial(SandboxConfig, namespaces=False))
     doc = {"tests": json.dumps(ADD_TESTS)}
     with pytest.raises(S.SandboxUnavailable):
-        paper_utils.process_code(doc, [[fenced(ADD_OK)]])
+        kind_utils.process_code(doc, [[fenced(ADD_OK)]])
     with pytest.raises(S.SandboxUnavailable):
         paper_data.paper_rewards([{"reward": "code", "tests": ADD_TESTS, "id": "p"}], [fenced(ADD_OK)])
     monkeypatch.setenv(S.ALLOW_UNCONFINED_ENV, "1")  # the switch on: it runs, unconfined
-    assert paper_utils.process_code(doc, [[fenced(ADD_OK)]])["mean_test_fraction"] == 1.0
+    assert kind_utils.process_code(doc, [[fenced(ADD_OK)]])["mean_test_fraction"] == 1.0
 
 
 def test_fallback_results_say_what_they_cannot_hide(iso):

@@ -78,7 +78,7 @@ def test_left_padded_training_forward_matches_each_prompt_alone(smol):
 def test_paper_reward_on_chatty_completions_eos_and_truncation(smol):
     """The Reasoning Gym reward (the paper profile's extraction: the last <answer> pair) on real token ids:
     chatty text around the answer scores 1, a cut-off completion (no EOS) 0, a wrong answer 0."""
-    from brorl.data.benchmarks import generate_reasoning_gym
+    from brorl.kinds.reasoning_gym import generate_reasoning_gym
     from brorl.data.training import make_paper_reward, training_record
 
     _, _, tok = smol
@@ -101,7 +101,7 @@ def test_paper_reward_on_tagless_prose_as_smollm2_writes_it(smol):
     """SmolLM2-135M-Instruct never writes <answer> tags; its prose answers go through the real tokenizer and
     are read strictly from the last line (brorl.rewards.final_line_answer): a true "a + b = gold" or "The answer
     is gold." scores 1; a false computation, a hedge, two answers, a hidden character or a later line 0."""
-    from brorl.data.benchmarks import generate_reasoning_gym
+    from brorl.kinds.reasoning_gym import generate_reasoning_gym
     from brorl.data.training import make_paper_reward, training_record
 
     _, _, tok = smol
@@ -150,7 +150,7 @@ def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
 
 
 def test_pick_keeps_tasks_in_the_band_with_signal():
-    from brorl.data.reasoning_gym import pick
+    from brorl.kinds.reasoning_gym import pick
 
     def rows(task, passes, k=8):
         return [{"task": task, "k": k, "passes": p, "truncated": 1} for p in passes]
@@ -184,7 +184,7 @@ def test_reasoning_gym_task_configs_set_the_difficulty():
     """generate_reasoning_gym passes a task's dataset config to reasoning-gym (the difficulty the scan measures)."""
     import re
 
-    from brorl.data.benchmarks import generate_reasoning_gym
+    from brorl.kinds.reasoning_gym import generate_reasoning_gym
 
     cfg = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1, "operators": ["+"]}
     easy, _ = generate_reasoning_gym(seed=3, samples_per_task=4, tasks=["basic_arithmetic"],
@@ -215,7 +215,7 @@ def test_throughput_on_real_prompts_and_the_llama_cpp_peer(smol, tmp_path):
     llama-cpp-python stops naming it, and with it (`make llama-cpp`) runs the same model as a GGUF."""
     import importlib.util
 
-    from brorl.data.benchmarks import generate_reasoning_gym
+    from brorl.kinds.reasoning_gym import generate_reasoning_gym
     from brorl.training.throughput import measure_throughput
 
     folder, _, _ = smol

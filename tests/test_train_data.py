@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from brorl.data.hub import write_local_snapshot
+from brorl.kinds.base import usable_gold
 from brorl.tasks.core import read_split
 from brorl.data import catalog
 from brorl.data import training as paper_data
@@ -219,7 +220,7 @@ def test_source_rows_must_be_objects(tmp_path):
         bench_data.read_table(rows)
     rows.write_text('{"problem": "p", "answer": NaN}\n')
     (row,) = bench_data.read_table(rows)
-    assert row["answer"] != row["answer"] and not bench_data.usable_gold(row["answer"])
+    assert row["answer"] != row["answer"] and not usable_gold(row["answer"])
     listed = tmp_path / "rows.json"
     listed.write_text('{"data": [{"problem": "p"}, 3]}')
     with pytest.raises(bench_data.BenchmarkDataError, match=r"rows\.json: row 1 is a int, not an object"):

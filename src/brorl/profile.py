@@ -31,9 +31,9 @@ PINS = ("optional", "required")
 
 class Source(Protocol):
     """A data source kind: what the stage runner, the study, the reports and the config check ask of the arms'
-    data. Its implementations live with the data they describe: :class:`brorl.tasks.source.TaskSource` (the tiny
-    tasks generated here) and :class:`brorl.data.training.PaperSource` (``rl.data``'s sources, fetched and converted
-    by the train_data rule); :func:`sources` lists them by kind."""
+    data. Its implementations live with the data they describe, each in its package's ``source`` module:
+    :class:`brorl.tasks.source.TaskSource` (the tiny tasks generated here) and :class:`brorl.data.source.PaperSource`
+    (``rl.data``'s sources, fetched and converted by the train_data rule); :func:`sources` finds them by kind."""
 
     kind: str
     start: str
@@ -62,12 +62,30 @@ class Source(Protocol):
         """The config check of the arms' data (``rl``), for brorl.pipeline.config_errors."""
 
 
-def sources() -> dict[str, Source]:
-    """Every data source kind by its ``profile.data`` name (imported when asked: `brorl --help` stays light)."""
-    from brorl.data.training import PaperSource
-    from brorl.tasks.source import TaskSource
+SOURCE_MODULE = "source"
+"""A package's module that defines its data source kinds (``brorl/<package>/source.py``)."""
 
-    return {s.kind: s for s in (TaskSource(), PaperSource())}
+
+def sources() -> dict[str, Source]:
+    """Every data source kind by its ``profile.data`` name: one instance of each class with a ``kind`` defined in a
+    package's ``source`` module (``brorl/tasks/source.py``: ``tasks``, ``brorl/data/source.py``: ``paper``); a new
+    kind is a class there. Only those modules are imported, when asked (`brorl --help` stays light)."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent
+    found: dict[str, Source] = {}
+    for path in sorted(root.glob(f"*/{SOURCE_MODULE}.py")):
+        module = importlib.import_module(f"brorl.{path.parent.name}.{SOURCE_MODULE}")
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and cls.__module__ == module.__name__
+                    and isinstance(getattr(cls, "kind", None), str)):
+                continue
+            if cls.kind in found:
+                raise ValueError(f"data source kind {cls.kind!r} is defined twice ({module.__name__}.{cls.__name__} "
+                                 f"and {type(found[cls.kind]).__module__})")
+            found[cls.kind] = cls()
+    return found
 
 
 @dataclass(frozen=True)

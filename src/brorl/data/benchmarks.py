@@ -1,29 +1,20 @@
 """The benchmark converters: a catalog row (:mod:`brorl.data.catalog`) -> a pinned hub snapshot -> a JSONL cache.
 
-:data:`brorl.data.catalog.PAPER_BENCHMARKS` says, for every benchmark the paper profile evaluates, where its problems come from
-(a Hugging Face dataset repository at a revision, fetched through :mod:`brorl.data.hub` -- the same pinned,
-sha256-manifested code path as the checkpoints -- or, for Reasoning Gym, generated locally), which files of
-the snapshot hold them and which columns are the problem text, the gold answer and the id.
-:func:`prepare_benchmark` turns that into one JSONL file per benchmark, one record per problem::
+:data:`brorl.data.catalog.PAPER_BENCHMARKS` says, for every benchmark the paper profile evaluates, where its problems
+come from (a Hugging Face dataset repository at a revision, fetched through :mod:`brorl.data.hub` -- the same
+pinned, sha256-manifested code path as the checkpoints -- or, for a generated kind such as Reasoning Gym, made
+locally), which files of the snapshot hold them, which columns are the problem text, the gold answer and the id,
+and its ``kind``. :func:`prepare_benchmark` turns that into one JSONL file per benchmark, one record per problem::
 
     {"id": ..., "benchmark": ..., "prompt": <the user message>, "problem": <the raw problem text>,
      "answer": <gold>, "source": <repo@commit:file#row or generator settings>, ...kind-specific fields}
 
-- math (aime24, aime25, amc, math500, minerva, olympiadbench): ``answer`` is the gold answer as text (lists
-  joined with ", ", integral floats as integers); scored by :func:`brorl.rewards.math_reward`;
-- gpqa_diamond: ``choices`` (the four options, shuffled per record with a fixed seed), ``answer`` the gold
-  letter A-D, ``answer_text`` the gold option, ``domain``;
-- ifeval: ``key``, ``instruction_id_list``, ``kwargs`` (a JSON string: lm-eval's checker arguments) and an empty
-  ``answer``;
-- reasoning_gym: ``category``, ``task``, ``entry`` and ``answer`` (:mod:`brorl.data.reasoning_gym`);
-- code (apps, codecontests, codeforces, taco; in :data:`brorl.data.catalog.CODE_BENCHMARKS`): ``tests`` (the sandbox's test cases,
-  ``{"inputs": [...], "outputs": [...]}`` plus ``"fn_name"`` for call-based problems, stored as a JSON
-  *string*: Arrow cannot hold stdio and call-based cases in one column; :func:`brorl.sandbox.parse_tests` and
-  :func:`brorl.sandbox.code_reward` take the string as is), ``n_tests``, ``fn_name`` ("" for stdin/stdout
-  problems), ``data_source`` and an empty ``answer``.
+What a row becomes (the prompt, the kind-specific fields, which rows are unusable) is its kind's converter, in
+``brorl.kinds.<kind>`` (math, gpqa, ifeval, code, reasoning_gym: :mod:`brorl.kinds`); this module does what every
+kind shares: fetch, select rows (``where``), convert, check ids, cache and verify.
 
-Revisions: every ``revision`` below is the placeholder ``"main"`` (``revision_pinned=False``): the papers name
-no commits. ``config/paper.yaml`` pins the ones seen in public references (``evaluation.revisions``, passed as
+Revisions: every ``revision`` in the catalog is the placeholder ``"main"`` (``revision_pinned=False``): the papers
+name no commits. ``config/paper.yaml`` pins the ones seen in public references (``evaluation.revisions``, passed as
 ``revision=``); the paper profile refuses the others unless ``checkpoints.allow_unpinned`` (``brorl.cli``). The
 first :func:`prepare_benchmark` resolves the revision and the fetch manifest (and the JSONL's meta file) records
 the commit; later runs verify that commit's files and never re-resolve ``main`` unless asked (``refresh=True``).
@@ -32,36 +23,15 @@ Gated data: GPQA (``gated``: its terms) needs ``HF_TOKEN`` (:func:`check_gated_a
 stays local by default: :func:`benchmark_data_root` puts its JSONL under ``resources/gated/`` and
 :func:`keep_gated_local` keeps its completions there, sharing scores and hashes only.
 
-Unusable rows: a code row without usable test cases is dropped and counted; a maths row without a gold answer
-stops a benchmark but is skipped and counted in a training source (``skip_unusable_gold``).
+Unusable rows: a row the kind's converter cannot use stops the benchmark (:class:`BenchmarkDataError` naming it);
+a row it may drop (:class:`brorl.kinds.base.RowSkipped`) is counted: a code row without usable test cases always,
+a maths row without a gold answer only in a training source (``skip_unusable_gold``).
 
-Prompts (the user message; the chat template is applied by lm-eval, ``--apply_chat_template``):
-
-- math: ``problem + "\\n\\n" + MATH_INSTRUCTION``. The instruction is DeepSeek-R1's usage recommendation for
-  maths ("Please reason step by step, and put your final answer within \\boxed{}.", the DeepSeek-R1 README,
-  which also covers the R1-Distill-Qwen models ProRL starts from). BroRL and ProRL state no evaluation
-  prompt, so using it here is **our choice**, as is the separator;
-- gpqa_diamond: the question, the four options as ``A) ...`` lines and the same instruction asking for the
-  letter in ``\\boxed{}`` (our choice; the extraction rule is
-  :func:`brorl.evaluation.lm_eval_tasks_paper.paper_utils.extract_choice_letter`);
-- ifeval: the IFEval prompt unchanged (the instructions are the task);
-- code: the problem statement, then :data:`CODE_INSTRUCTION` (a complete program in a ```python block, reading
-  stdin and writing stdout) or, for call-based problems, :data:`CODE_CALL_INSTRUCTION` (define the named
-  function). **Our choice**: the papers say only "answers in triple backticks" (ProRL's grader). A PRIME row's
-  problem is its last user message, which already ends with PRIME's own "Present the code in ```python```"
-  line; it is kept, so such prompts say it twice;
-- reasoning_gym: the question, then reasoning-gym's own ``SYSTEM_PROMPTS["default"]`` text asking for the
-  answer in ``<answer></answer>`` tags, put in the user turn (DeepSeek-R1's recommendation: no system prompt).
-  ProRL says only that answers go in ``<answer>`` tags; the wording is our choice.
-
-Reasoning Gym: generated locally by :mod:`brorl.data.reasoning_gym` (100 samples per task of the paper's 11
-categories, one fixed seed, in a child process; its module docstring says how and why).
-
-Caching: the JSONL is written atomically, with ``<dest>.meta.json`` next to it (what was asked, the commit or
-generator it came from, its sha256). A rerun with the same request only checks: the JSONL's sha256 against
-the meta file and, when the snapshot folder is there, the snapshot against its fetch manifest
-(:func:`brorl.data.hub.verify`). A damaged file raises :class:`brorl.data.hub.ChecksumError` naming it and is never
-repaired silently: delete it and rerun.
+Caching: the JSONL is written atomically, with ``<dest>.meta.json`` next to it (what was asked -- the catalog row,
+the revision, the kind's prompt text and settings --, the commit or generator it came from, its sha256). A rerun
+with the same request only checks: the JSONL's sha256 against the meta file and, when the snapshot folder is
+there, the snapshot against its fetch manifest (:func:`brorl.data.hub.verify`). A damaged file raises
+:class:`brorl.data.hub.ChecksumError` naming it and is never repaired silently: delete it and rerun.
 """
 
 from __future__ import annotations
@@ -71,19 +41,19 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-import math
 import os
-import random
 from dataclasses import replace
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from brorl import kinds
 from brorl.data import hub, jsonl
-from brorl.data.catalog import PROMPT_SEPARATOR, RG_CATEGORIES, BenchmarkSpec, benchmark_spec, is_gated
+from brorl.data.catalog import BenchmarkSpec, benchmark_spec, is_gated
 from brorl.data.hub import ChecksumError, FetchError, Problem
-from brorl.data.reasoning_gym import (RG_INSTRUCTION, RG_SAMPLES_PER_TASK, RG_SEED, generate_reasoning_gym,
-                                      missing_rg_categories, reasoning_gym_tasks, reasoning_gym_version)
+from brorl.kinds import PROMPT_SEPARATOR
+from brorl.kinds.base import RowError, RowSkipped
+from brorl.kinds.reasoning_gym import RG_SAMPLES_PER_TASK, RG_SEED
 
 log = logging.getLogger(__name__)
 
@@ -91,41 +61,13 @@ FORMAT = "brorl.paper_benchmark/1"
 CONVERTER_VERSION = 1
 """Bump when a converter's output changes: the cached JSONL files are then rebuilt (status ``replaced``)."""
 
-MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-"""DeepSeek-R1's recommended maths directive (DeepSeek-R1 README, usage recommendations) [our choice for
-BroRL, whose papers state no evaluation prompt]."""
-GPQA_INSTRUCTION = ("Please reason step by step, and put the letter of your final answer (A, B, C or D) "
-                    "within \\boxed{}.")
-"""[our choice] the maths directive, asking for the option letter."""
-CODE_INSTRUCTION = ("Write a complete Python 3 program that solves the problem. It must read the input from "
-                    "standard input and write the answer to standard output. Give the program in a single "
-                    "```python code block at the end of your response.")
-"""[our choice] the code directive (ProRL: "answers in triple backticks"); the sandbox runs the last ```python
-block after ``</think>`` (:func:`brorl.sandbox.extract_code`)."""
-CODE_CALL_INSTRUCTION = ("Write Python 3 code that defines the function `{fn_name}` (it is called with each test's "
-                         "arguments and its return value is checked). Give the code in a single ```python code "
-                         "block at the end of your response.")
-"""[our choice] the directive of call-based (``fn_name``) APPS / TACO problems."""
-
-GPQA_SHUFFLE_SEED = 0
-"""The options of GPQA record ``r`` are shuffled with ``random.Random(f"brorl-gpqa:{seed}:{r.id}")``."""
-
 DATA_EXTENSIONS = (".parquet", ".jsonl", ".json", ".csv")
 PARQUET_BATCH_ROWS = 4096
 """Rows per Arrow record batch when a parquet file is filtered (``where``) before conversion."""
-KINDS = ("math", "gpqa", "ifeval", "reasoning_gym", "code")
-"""The converters (and reward kinds) a catalog row's ``kind`` names."""
-CHOICE_LETTERS = "ABCD"
-"""GPQA's option letters, in the order of a record's ``choices``."""
 
 
 class BenchmarkDataError(FetchError):
     """The snapshot does not hold what the table says (no matching file, a missing column, duplicate ids)."""
-
-
-def instruction_of(kind: str) -> str:
-    return {"math": MATH_INSTRUCTION, "gpqa": GPQA_INSTRUCTION, "ifeval": "", "reasoning_gym": RG_INSTRUCTION,
-            "code": CODE_INSTRUCTION}[kind]
 
 
 def default_meta_path(dest: str | os.PathLike[str]) -> Path:
@@ -191,35 +133,6 @@ def data_files_in(snapshot_dir: Path, patterns: Sequence[str], files: Iterable[s
     return out
 
 
-def _pick(row: Mapping, candidates: Sequence[str], what: str, where: str, required: bool = True):
-    for c in candidates:
-        if c in row:
-            return row[c]
-    if required:
-        raise BenchmarkDataError(f"{where}: no column for {what} among {list(candidates)}; the row has "
-                                 f"{sorted(row)}")
-    return None
-
-
-def _text(value) -> str:
-    if value is None:
-        return ""
-    return str(value).strip()
-
-
-def gold_text(value) -> str:
-    """A gold answer as text: a one-element list is its element, a longer list is joined with ", ", an
-    integral float is written as an integer (AMC stores 142.0), anything else is ``str`` stripped."""
-    if isinstance(value, (list, tuple)):
-        parts = [gold_text(v) for v in value if v is not None]
-        return ", ".join(p for p in parts if p)
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return _text(value)
-
-
 def _source(repo_id: str, commit: str, rel: str, row: int) -> str:
     return f"{repo_id}@{commit}:{rel}#{row}"
 
@@ -280,37 +193,27 @@ def select_rows(spec: BenchmarkSpec, path: str | os.PathLike[str],
     return kept, n, {c: sorted(v)[:50] for c, v in seen.items()}
 
 
-def usable_gold(value) -> bool:
-    """Whether a gold answer can be scored: not missing, empty, blank, NaN or infinite (DeepScaleR has ``''``
-    answers); a list, when each of its elements is."""
-    if isinstance(value, (list, tuple)):
-        return bool(value) and all(usable_gold(v) for v in value)
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    if not isinstance(value, (str, int, float)):  # None, a mapping: no answer
-        return False
-    return gold_text(value) != ""
-
-
 def convert_rows(spec: BenchmarkSpec, rows: Sequence[tuple[str, int, Mapping]],
                  commit: str) -> tuple[list[dict], dict[str, int]]:
     """Records of a hub-backed benchmark from ``(file, row index, row)`` triples already selected by
-    ``spec.where``, and what was skipped: ``no_tests`` (code rows without usable test cases, dropped with a
-    warning) and ``no_gold`` (maths rows without a usable gold answer: skipped and counted when
-    ``spec.skip_unusable_gold`` -- training sources --, else a :class:`BenchmarkDataError` naming the row)."""
-    convert = {"math": _math_record, "gpqa": _gpqa_record, "ifeval": _ifeval_record, "code": _code_record}[spec.kind]
+    ``spec.where``, each converted by its kind (``brorl.kinds.<kind>``), and what was skipped: ``no_tests`` (code
+    rows without usable test cases, dropped with a warning) and ``no_gold`` (maths rows without a usable gold
+    answer: skipped and counted when ``spec.skip_unusable_gold`` -- training sources --, else a
+    :class:`BenchmarkDataError` naming the row)."""
+    convert = kinds.kind(spec.kind).convert
     skipped = {"no_gold": 0, "no_tests": 0}
     records = []
     for rel, i, row in rows:
-        if spec.kind == "math" and spec.skip_unusable_gold and not usable_gold(
-                _pick(row, spec.fields["answer"], "answer", f"{spec.name} {rel}#{i}")):
-            skipped["no_gold"] += 1
-            continue
-        records.append(convert(spec, rel, i, row, _source(spec.repo_id, commit, rel, i)))
-    if spec.kind == "code" and None in records:
-        skipped["no_tests"] = records.count(None)
+        try:
+            records.append(convert(spec, rel, i, row, _source(spec.repo_id, commit, rel, i)))
+        except RowSkipped as skip:
+            if skip.reason == "no_gold" and not spec.skip_unusable_gold:
+                raise BenchmarkDataError(str(skip)) from None
+            skipped[skip.reason] += 1
+        except RowError as err:
+            raise BenchmarkDataError(str(err)) from None
+    if skipped["no_tests"]:
         log.warning("%s: %d rows without usable test cases dropped", spec.name, skipped["no_tests"])
-        records = [r for r in records if r is not None]
     if skipped["no_gold"]:
         log.warning("%s: %d rows without a usable gold answer skipped", spec.name, skipped["no_gold"])
     seen: dict[str, str] = {}
@@ -320,130 +223,6 @@ def convert_rows(spec: BenchmarkSpec, rows: Sequence[tuple[str, int, Mapping]],
                                      "fix the id column in the table")
         seen[r["id"]] = r["source"]
     return records, skipped
-
-
-def _record_id(spec: BenchmarkSpec, rel: str, i: int, row: Mapping) -> str:
-    value = _pick(row, spec.fields.get("id", ()), "id", f"{spec.name} {rel}#{i}", required=False)
-    if value is None or _text(value) == "":
-        return f"{Path(rel).name.split('.')[0]}-{i}"
-    return _text(value)
-
-
-def _math_record(spec, rel, i, row, source) -> dict:
-    where = f"{spec.name} {rel}#{i}"
-    problem = _text(_pick(row, spec.fields["problem"], "problem", where))
-    raw = _pick(row, spec.fields["answer"], "answer", where)
-    if not usable_gold(raw):
-        raise BenchmarkDataError(f"{where}: {'empty' if gold_text(raw) == '' else 'unusable'} answer ({raw!r})")
-    answer = gold_text(raw)
-    if not problem:
-        raise BenchmarkDataError(f"{where}: empty problem")
-    return {"id": _record_id(spec, rel, i, row), "benchmark": spec.name,
-            "prompt": problem + PROMPT_SEPARATOR + MATH_INSTRUCTION, "problem": problem, "answer": answer,
-            "source": source}
-
-
-def gpqa_prompt(question: str, choices: Sequence[str]) -> str:
-    options = "\n".join(f"{letter}) {text}" for letter, text in zip(CHOICE_LETTERS, choices))
-    return f"{question}{PROMPT_SEPARATOR}{options}{PROMPT_SEPARATOR}{GPQA_INSTRUCTION}"
-
-
-def shuffle_choices(record_id: str, correct: str, incorrect: Sequence[str],
-                    seed: int = GPQA_SHUFFLE_SEED) -> tuple[list[str], str]:
-    """The four options in a fixed per-record order and the gold letter."""
-    options = [correct, *incorrect]
-    order = list(range(len(options)))
-    random.Random(f"brorl-gpqa:{seed}:{record_id}").shuffle(order)
-    return [options[j] for j in order], CHOICE_LETTERS[order.index(0)]
-
-
-def _gpqa_record(spec, rel, i, row, source) -> dict:
-    where = f"{spec.name} {rel}#{i}"
-    question = _text(_pick(row, spec.fields["problem"], "problem", where))
-    correct = _text(_pick(row, spec.fields["correct"], "correct answer", where))
-    incorrect = [_text(_pick(row, spec.fields[f"incorrect_{j}"], f"incorrect answer {j}", where)) for j in (1, 2, 3)]
-    if not question or not correct or not all(incorrect):
-        raise BenchmarkDataError(f"{where}: empty question or option")
-    rid = _record_id(spec, rel, i, row)
-    choices, letter = shuffle_choices(rid, correct, incorrect)
-    domain = _text(_pick(row, spec.fields.get("domain", ()), "domain", where, required=False))
-    return {"id": rid, "benchmark": spec.name, "prompt": gpqa_prompt(question, choices), "problem": question,
-            "answer": letter, "answer_text": correct, "choices": choices, "domain": domain, "source": source}
-
-
-def _ifeval_record(spec, rel, i, row, source) -> dict:
-    where = f"{spec.name} {rel}#{i}"
-    prompt = _pick(row, spec.fields["problem"], "prompt", where)
-    key = _pick(row, spec.fields["key"], "key", where)
-    ids = _pick(row, spec.fields["instruction_id_list"], "instruction_id_list", where)
-    kwargs = _pick(row, spec.fields["kwargs"], "kwargs", where)
-    if isinstance(kwargs, str):
-        kwargs = json.loads(kwargs)
-    if not isinstance(prompt, str) or not prompt or not isinstance(ids, (list, tuple)) or len(kwargs) != len(ids):
-        raise BenchmarkDataError(f"{where}: malformed IFEval row")
-    kwargs = [{k: v for k, v in (kw or {}).items() if v is not None} for kw in kwargs]  # Arrow-unified nulls
-    return {"id": str(key), "benchmark": spec.name, "prompt": prompt, "problem": prompt, "answer": "",
-            "key": int(key), "instruction_id_list": [str(x) for x in ids], "kwargs": json.dumps(kwargs),
-            "source": source}
-
-
-def problem_text(value) -> str:
-    """A problem statement: a string as is, or a chat (a list of ``{"role", "content"}``, PRIME's ``prompt``
-    column) as the content of its last user message."""
-    if isinstance(value, (list, tuple)):
-        users = [m.get("content") for m in value if isinstance(m, Mapping) and m.get("role", "user") == "user"]
-        return _text(users[-1]) if users else ""
-    return _text(value)
-
-
-def code_tests(value) -> dict | None:
-    """The sandbox's test-case dict (``inputs``, ``outputs``, optional ``fn_name``) of a row's tests column: a
-    dict or its JSON string, APPS / TACO ``input_output``, PRIME ``reward_model`` (``ground_truth``), or a list of
-    ``{"input", "output"}``; ``None`` when :func:`brorl.sandbox.parse_tests` cannot use it."""
-    from brorl import sandbox
-
-    for _ in range(4):  # unwrap {"ground_truth": "<json>"} and JSON strings
-        if isinstance(value, (bytes, bytearray)):
-            value = bytes(value).decode("utf-8", errors="replace")
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                return None
-        elif isinstance(value, Mapping) and "inputs" not in value and value.get("ground_truth") is not None:
-            value = value["ground_truth"]
-        else:
-            break
-    spec = sandbox.parse_tests(value)
-    if spec is None:
-        return None
-    # The normalised cases (stdio: strings; call: argument lists), which parse_tests reads back unchanged.
-    out = {"inputs": list(spec.inputs), "outputs": list(spec.outputs)}
-    if spec.fn_name:
-        out["fn_name"] = spec.fn_name
-    return out
-
-
-def code_prompt(problem: str, fn_name: str | None = None) -> str:
-    instruction = CODE_CALL_INSTRUCTION.format(fn_name=fn_name) if fn_name else CODE_INSTRUCTION
-    return problem + PROMPT_SEPARATOR + instruction
-
-
-def _code_record(spec, rel, i, row, source) -> dict | None:
-    where = f"{spec.name} {rel}#{i}"
-    problem = problem_text(_pick(row, spec.fields["problem"], "problem", where))
-    if not problem:
-        raise BenchmarkDataError(f"{where}: empty problem")
-    tests = code_tests(_pick(row, spec.fields["tests"], "tests", where))
-    if tests is None:
-        log.warning("%s: no usable test cases; dropped", where)
-        return None
-    fn_name = tests.get("fn_name") or ""
-    data_source = _text(_pick(row, spec.fields.get("data_source", ()), "data_source", where, required=False))
-    return {"id": _record_id(spec, rel, i, row), "benchmark": spec.name, "prompt": code_prompt(problem, fn_name),
-            "problem": problem, "answer": "", "tests": json.dumps(tests, ensure_ascii=True),
-            "n_tests": len(tests["inputs"]), "fn_name": fn_name, "data_source": data_source or spec.name,
-            "source": source}
 
 
 # --------------------------------------------------------------------------------------------------- prepare
@@ -467,15 +246,13 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def _request(spec: BenchmarkSpec, revision: str | None, rg: Mapping | None) -> dict:
+    kind = kinds.kind(spec.kind)
     req = {"format": FORMAT, "converter_version": CONVERTER_VERSION, "benchmark": spec.name,
            "spec": spec.to_dict(), "revision": revision,
-           "prompt": {"separator": PROMPT_SEPARATOR, "instruction": instruction_of(spec.kind)}}
-    if spec.kind == "code":
-        req["prompt"]["call_instruction"] = CODE_CALL_INSTRUCTION
-    if spec.kind == "gpqa":
-        req["gpqa_shuffle_seed"] = GPQA_SHUFFLE_SEED
+           "prompt": {"separator": PROMPT_SEPARATOR, "instruction": kind.instruction, **kind.prompt_extra},
+           **kind.request_extra}
     if rg is not None:
-        req["reasoning_gym"] = dict(rg)
+        req[spec.kind] = dict(rg)
     return req
 
 
@@ -569,8 +346,9 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | hub.HubClient 
     real Hugging Face Hub, refused offline; a folder = a local stand-in; ignored for ``reasoning_gym``).
     ``revision`` overrides the table's (placeholder) revision; ``snapshot_dir`` defaults to
     ``<dest folder>/snapshot`` (fetch manifest beside it); ``spec`` replaces the table entry (other copies or
-    column names). Reasoning Gym only: ``samples_per_task`` (100), ``seed``, ``tasks`` (a subset of task
-    names; default all tasks of the 11 categories) and ``task_configs`` (see :func:`generate_reasoning_gym`).
+    column names). A generated kind (Reasoning Gym) only: ``samples_per_task`` (100), ``seed``, ``tasks`` (a subset
+    of task names; default all tasks of the 11 categories) and ``task_configs``
+    (:func:`brorl.kinds.reasoning_gym.generate_reasoning_gym`).
 
     Returns ``{"status": "prepared" | "verified" | "replaced" | "restored", "benchmark", "dest", "meta",
     "n_records", "sha256", "commit", "snapshot_checked", "report", "fetch"}``. ``verified``: the cached file
@@ -582,19 +360,17 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | hub.HubClient 
     spec = spec or benchmark_spec(name)
     if spec.name != name:
         spec = replace(spec, name=name)
-    if spec.kind not in KINDS:
-        raise ValueError(f"{name}: unknown kind {spec.kind!r}; known: {KINDS}")
+    if spec.kind not in kinds.names():
+        raise ValueError(f"{name}: unknown kind {spec.kind!r}; known: {kinds.names()}")
+    kind = kinds.kind(spec.kind)
     dest = Path(dest_jsonl)
     meta_path = default_meta_path(dest)
     rg = None
     if spec.generated:
-        if spec.kind != "reasoning_gym":
-            raise ValueError(f"{name}: only reasoning_gym is generated; give a repo_id")
-        rg = {"seed": int(seed), "samples_per_task": int(samples_per_task),
-              "tasks": None if tasks is None else sorted(tasks), "categories": list(RG_CATEGORIES),
-              "reasoning_gym": reasoning_gym_version()}
-        if task_configs:  # only when given: existing requests (and their cached files) stay valid
-            rg["task_configs"] = {t: dict(c) for t, c in sorted(task_configs.items())}
+        if kind.generate is None:
+            raise ValueError(f"{name}: kind {spec.kind} is not generated; give a repo_id")
+        rg = kind.generation_request(seed=seed, samples_per_task=samples_per_task, tasks=tasks,
+                                     task_configs=task_configs)
         revision = None
     else:
         revision = revision or spec.revision or "main"
@@ -613,14 +389,7 @@ def prepare_benchmark(name: str, source: str | os.PathLike[str] | hub.HubClient 
 
     fetched = None
     if spec.generated:
-        records, report = generate_reasoning_gym(seed=seed, samples_per_task=samples_per_task, tasks=tasks,
-                                                 task_configs=task_configs)
-        missing = [c for c, n in report["categories"].items() if n == 0]
-        if tasks is None and missing:
-            report["missing_categories"] = missing
-        if report["gold_changes_through_json"]:
-            log.warning("%s: the gold answer of %s scores differently after a JSON round trip", name,
-                        report["gold_changes_through_json"])
+        records, report = kind.generate(rg, tasks=tasks, task_configs=task_configs)
         snapshot_meta = None
     else:
         lock = same and not refresh  # a missing JSONL is rebuilt from the recorded commit
@@ -695,7 +464,7 @@ def run_prepare_benchmark(config: Mapping, name: str, dest_jsonl: str | os.PathL
                          pins_required=pins_required)
     rg = (config.get("reasoning_gym") or {}) if spec.generated else {}  # evaluation.reasoning_gym (small profile)
     if spec.generated and picked_tasks:  # rg_difficulty.pick: evaluate on the tasks the rule picked
-        from brorl.data.reasoning_gym import apply_picked, picked_tasks as read_picked
+        from brorl.kinds.reasoning_gym import apply_picked, picked_tasks as read_picked
 
         rg = apply_picked(rg, read_picked(picked_tasks), "tasks", "task_configs")
         print(f"[prepare-benchmark] tasks picked by {picked_tasks}: {', '.join(rg['tasks'])}", flush=True)
@@ -710,11 +479,7 @@ def run_prepare_benchmark(config: Mapping, name: str, dest_jsonl: str | os.PathL
 
 
 __all__ = [
-    "BenchmarkDataError", "prepare_benchmark", "read_records", "CHOICE_LETTERS", "KINDS",
-    "check_gated_access", "benchmark_data_root", "keep_gated_local", "GATED_LOCAL_ROOT", "select_rows",
-    "usable_gold", "convert_rows",
-    "verify_benchmark", "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "read_table",
-    "gold_text", "shuffle_choices", "gpqa_prompt", "code_tests", "code_prompt", "problem_text",
-    "CODE_INSTRUCTION", "CODE_CALL_INSTRUCTION", "MATH_INSTRUCTION", "GPQA_INSTRUCTION", "RG_INSTRUCTION",
-    "RG_SAMPLES_PER_TASK", "RG_SEED", "default_meta_path", "default_snapshot_dir",
+    "BenchmarkDataError", "prepare_benchmark", "read_records", "check_gated_access", "benchmark_data_root",
+    "keep_gated_local", "GATED_LOCAL_ROOT", "select_rows", "convert_rows", "verify_benchmark", "read_table",
+    "default_meta_path", "default_snapshot_dir", "jsonl_bytes", "write_atomic",
 ]

@@ -5,15 +5,16 @@ One row per source, with what the rest of the package needs to fetch, convert an
 - :data:`PAPER_MODELS`: hub checkpoints (``repo_id``, ``revision`` a branch, ``commit`` the pin that is fetched,
   ``dest``; :func:`brorl.data.hub.fetch_paper_model`);
 - :data:`PAPER_BENCHMARKS`: the default evaluation set (``config/paper.yaml``; their lm-eval tasks are rendered
-  from these rows, :mod:`brorl.evaluation.paper_benchmarks`);
+  from these rows, :mod:`brorl.evaluation.catalog_tasks`);
 - :data:`CODE_BENCHMARKS`: BroRL Table 4's code benchmarks (registered, evaluated when a config asks for them);
 - :data:`TRAIN_SOURCES`: the RL training sources with a computable reward (:mod:`brorl.data.training`), and
   :data:`LEFT_OUT`, the ones without.
 
 A benchmark or training source is a :class:`BenchmarkSpec`: ``repo_id`` and ``revision`` (``"main"``: a
 placeholder; a profile pins the commit in its config, ``evaluation.revisions`` / ``rl.data.revisions``), ``files``
-(globs, also the fetch's ``allow_patterns``), ``fields`` (column names), ``kind`` -- the converter
-(:func:`brorl.data.benchmarks.convert_rows`) *and* the reward kind (math, gpqa, ifeval, reasoning_gym, code) --,
+(globs, also the fetch's ``allow_patterns``), ``fields`` (column names), ``kind`` -- the module of
+:mod:`brorl.kinds` that converts its rows, scores its completions and rewards its training records (math, gpqa,
+ifeval, reasoning_gym, code) --,
 ``gated`` (the terms of a gated repository; licences are not recorded), ``paper`` and ``note`` (where it comes
 from, how sure we are). :func:`rows` lists the whole catalog as one table.
 
@@ -22,12 +23,13 @@ Table 3's columns, ``brorl.tables``), :data:`BENCHMARK_NAMES`, :data:`CODE_BENCH
 (BroRL Table 5's columns, the Reasoning Gym generator). The paper's own description of its data blend (sizes,
 how sure the ids are) is :mod:`brorl.data.blend`.
 
-Adding a paper benchmark: a row here (a new kind also needs a converter in :mod:`brorl.data.benchmarks` and a
-scorer in ``brorl/evaluation/lm_eval_tasks_paper/paper_utils.py``), its pin in ``config/paper.yaml``, its paper
-values in ``brorl/tables/paper_reference.yaml``. Its lm-eval task is rendered from the row at run time (nothing
-generated to commit).
+Adding a paper benchmark: a row here (a new kind: also its module ``brorl/kinds/<kind>.py``), its pin in
+``config/paper.yaml``, its paper values in ``brorl/tables/paper_reference.yaml``. Its lm-eval task is rendered from
+the row at run time (nothing generated to commit).
 
-This module only holds data (no imports beyond the standard library), so the DAG and the tables read it cheaply.
+This module only holds data. It imports the standard library and the Reasoning Gym categories of
+:mod:`brorl.kinds.reasoning_gym`, whose module brings numpy and :mod:`brorl.rewards` (0.17 CPU-s to import the
+catalog, from 0.02 before issue 33 step 3; 2026-12-06, load ~10): the DAG imports all of them anyway.
 """
 
 from __future__ import annotations
@@ -35,9 +37,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
-PROMPT_SEPARATOR = "\n\n"
-"""Between a benchmark's problem and its instruction in every converted prompt (:mod:`brorl.data.benchmarks`,
-:mod:`brorl.data.reasoning_gym`)."""
+from brorl.kinds.reasoning_gym import RG_CATEGORIES  # noqa: F401 -- BroRL Table 5's columns, read from here
 
 #: The paper-profile checkpoints (paper.md §3.1 and §6). ``dest`` is relative to the project root. ``commit``: the
 #: pinned commit, which is what is fetched (issue 17: commits seen in public references); the branch is a label:
@@ -67,10 +67,6 @@ PAPER_MODELS: dict[str, dict[str, str]] = {
         "dest": "resources/models/prorl-v1",
     },
 }
-
-RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
-                 "graphs", "induction", "logic")
-"""The 11 Reasoning Gym categories of BroRL Table 5 / ProRL v1."""
 
 GPQA_TERMS = ("share your contact information with the authors, and do not reveal examples from the dataset "
               "in plain text or images online")

@@ -13,16 +13,17 @@ each source, the record counts). Hub sources go through the same pinned, sha256-
 converters as the paper benchmarks (:func:`brorl.data.benchmarks.prepare_benchmark`, with a training
 :class:`~brorl.data.catalog.BenchmarkSpec`); the raw cache (snapshot + ``all.jsonl``) lives under
 ``<cache_dir>/<source>/``. Reasoning Gym is generated locally with a seed far from the evaluation's
-(:data:`brorl.data.reasoning_gym.RG_SEED`), so training and held-out items differ. Each source is split
+(:data:`brorl.kinds.reasoning_gym.RG_SEED`), so training and held-out items differ. Each source is split
 into validation / train by a keyed hash of the record id (stable when sources grow); ``validation`` holds the
 first ``validation_per_source`` records in that order.
 
-Every training record carries ``task`` (the source: the folder name), ``reward`` (``math`` | ``code`` |
+Every training record carries ``task`` (the source: the folder name), ``reward`` (its kind: ``math`` | ``code`` |
 ``reasoning_gym``), ``prompt`` (the user message; the stage applies the chat template) and the fields its
 scorer reads (``answer``; ``tests``; ``entry``). :func:`make_paper_reward` is the stage's reward for these
-records: the same rewards the evaluation scores with (math-verify in the hard-timeout pool of
-:mod:`brorl.rewards`, the sandboxed code reward as a fraction of tests, the Reasoning Gym verifiers), with 0 for
-a completion cut at the length limit (NeMo's ProRLv2 ``stop_properly_penalty_coef: 0``).
+records: each kind's reward (``brorl.kinds.<kind>``), the same rules the evaluation scores with (math-verify in
+the hard-timeout pool of :mod:`brorl.rewards`, the sandboxed code reward as a fraction of tests, the Reasoning Gym
+verifiers), with 0 for a completion cut at the length limit (NeMo's ProRLv2 ``stop_properly_penalty_coef: 0``).
+The data source kind these records make (``profile.data: paper``) is :class:`brorl.data.source.PaperSource`.
 """
 
 from __future__ import annotations
@@ -34,13 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from brorl import kinds
 from brorl.data import benchmarks
 from brorl.data.catalog import LEFT_OUT, TRAIN_SOURCES
 
 FORMAT = "brorl.train_data/1"
 MARKER = "train_data.json"
 """Written last into the data folder: its presence marks paper training data (not the tiny tasks)."""
-REWARD_KINDS = ("math", "code", "reasoning_gym")
+REWARD_KINDS = tuple(dict.fromkeys(spec.kind for spec in TRAIN_SOURCES.values()))
+"""The kinds of the training sources (math, code, reasoning_gym): a training record's ``reward``."""
 RG_TRAIN_SEED = 0
 """Reasoning Gym generator seed for training items (evaluation: RG_SEED = 1e9)."""
 
@@ -118,11 +121,11 @@ def _split_key(seed: int, source: str, record_id: str) -> str:
 
 
 def training_record(source: str, kind: str, record: Mapping) -> dict:
-    """A converted benchmark-style record as a training record (``task`` = the source, ``reward`` = its kind;
-    Reasoning Gym keeps its dataset name as ``rg_task``)."""
+    """A converted benchmark-style record as a training record (``task`` = the source, ``reward`` = its kind; the
+    kind's ``training_renames``: Reasoning Gym keeps its dataset name as ``rg_task``)."""
     out = {k: v for k, v in record.items() if k != "benchmark"}
-    if kind == "reasoning_gym":
-        out["rg_task"] = out.pop("task")
+    for old, new in kinds.kind(kind).training_renames.items():
+        out[new] = out.pop(old)
     out["task"], out["reward"] = source, kind
     return out
 
@@ -206,7 +209,7 @@ def with_picked_tasks(config: dict, picked_tasks: str | os.PathLike[str] | None)
     Reasoning Gym training tasks of ``config["data"]``; ``config`` as is without a table."""
     if not picked_tasks:
         return config
-    from brorl.data.reasoning_gym import apply_picked, picked_tasks as read_picked
+    from brorl.kinds.reasoning_gym import apply_picked, picked_tasks as read_picked
 
     config = {**config, "data": apply_picked(config["data"], read_picked(picked_tasks), "reasoning_gym_tasks",
                                              "reasoning_gym_task_configs")}
@@ -241,13 +244,12 @@ def run_train_data(config: dict, out_dir: str | os.PathLike[str], cache_dir: str
 
 def paper_rewards(records: Sequence[Mapping], completions: Sequence[str], *,
                   timeouts: list | None = None) -> list[float]:
-    """The training reward of each (record, completion): math 0/1 (math-verify), code the fraction of tests
-    passed (sandbox), Reasoning Gym the task's verifier score. Never raises for a bad completion; batched per
-    kind (one math-pool call, one sandbox batch, one Reasoning Gym call). ``timeouts``, if a list, is filled with
-    one flag per completion: True where a math or Reasoning Gym reward is 0.0 because verification ran out of
-    time (the code reward's own budget is part of its score)."""
-    from brorl import rewards, sandbox
-
+    """The training reward of each (record, completion), by the record's kind (``reward``; ``brorl.kinds.<kind>``'s
+    ``rewards``): math 0/1 (math-verify), code the fraction of tests passed (sandbox), Reasoning Gym the task's
+    verifier score. Never raises for a bad completion; batched per kind (one math-pool call, one sandbox batch, one
+    Reasoning Gym call). ``timeouts``, if a list, is filled with one flag per completion: True where a math or
+    Reasoning Gym reward is 0.0 because verification ran out of time (the code reward's own budget is part of its
+    score)."""
     if len(records) != len(completions):
         raise ValueError(f"{len(records)} records but {len(completions)} completions")
     out = [0.0] * len(records)
@@ -257,24 +259,8 @@ def paper_rewards(records: Sequence[Mapping], completions: Sequence[str], *,
         if not is_paper_record(r):
             raise ValueError(f"record {r.get('id')!r} has no paper reward kind (reward: {r.get('reward')!r})")
         by_kind.setdefault(r["reward"], []).append(i)
-    pool = rewards.get_default_pool()
     for kind, idx in by_kind.items():
-        texts = [completions[i] for i in idx]
-        if kind == "math":
-            golds = [records[i].get("answer") for i in idx]
-            for i, gold in zip(idx, golds):
-                if not benchmarks.usable_gold(gold):  # the readers refuse such records: this is a caller's mistake
-                    raise ValueError(f"math record {records[i].get('id')!r} has no usable gold answer ({gold!r})")
-            flags: list[bool] = []
-            scores = pool.math_rewards(texts, golds, timeouts=flags)
-        elif kind == "reasoning_gym":
-            flags = []
-            scores = pool.reasoning_gym_rewards(texts, [records[i].get("entry") for i in idx], timeouts=flags)
-        else:
-            tests = [records[i].get("tests") for i in idx]
-            tests = [t if isinstance(t, str) else json.dumps(t) for t in tests]
-            scores = sandbox.code_rewards(texts, tests)
-            flags = [False] * len(idx)
+        scores, flags = kinds.kind(kind).rewards([records[i] for i in idx], [completions[i] for i in idx])
         for i, v, t in zip(idx, scores, flags):
             v = float(v)
             out[i] = min(1.0, max(0.0, v)) if v == v else 0.0
@@ -307,51 +293,6 @@ def make_paper_reward(records: Sequence[Mapping], tokenizer, truncated_reward: f
     return paper_reward
 
 
-class PaperSource:
-    """The paper training data as a data source kind (``profile.data: paper``; :class:`brorl.profile.Source`):
-    ``<data_dir>/<source>/{train,validation}.jsonl`` written by the train_data rule (:func:`write_train_data`), each
-    record scored by its source's reward kind. No exact probabilities: held-out p is sampled and scored."""
-
-    kind = "paper"
-    start = "fetched"
-    """The start it pairs with: a fetched checkpoint trains on the paper data."""
-    data_subdir = "data/rl"  # under the start group's results root: results/<root>/data/rl (brorl.layout)
-    exact_heldout = False
-
-    def read_split(self, data_dir, split: str, tasks=None) -> list[dict]:
-        from brorl.data.jsonl import read_split
-
-        return read_split(data_dir, split, tasks)
-
-    def generation_length(self, data_dir, families) -> int:
-        raise ValueError("rl.recipe.max_completion_length: required for the paper data (profile.data: paper): its "
-                         "answers have no enumerable length [rule: completion length declared]")
-
-    def probe_records(self, validation: list[dict]) -> list[dict]:
-        """No exact probes (the answers are not enumerable)."""
-        return []
-
-    def reward(self, records: list[dict], tokenizer):
-        return make_paper_reward(records, tokenizer)
-
-    def default_benchmarks(self, tasks=None) -> list[str]:
-        """The benchmarks of a config that names none: the catalog's paper evaluation set."""
-        from brorl.data.catalog import BENCHMARK_NAMES
-
-        return list(BENCHMARK_NAMES)
-
-    def config_errors(self, rl: dict) -> list[str]:
-        """The config check of the arms' data (brorl.pipeline.config_errors): ``rl.data`` given and valid."""
-        if rl.get("data") is None:
-            return ["rl.data: required without rl.prorl (profile.data: paper): the arms train on the paper data "
-                    "(brorl.data.training) [rule: rl.data with data: paper]"]
-        try:
-            TrainDataSettings.from_dict(rl["data"])
-        except (TypeError, ValueError) as err:
-            return [f"rl.data: {err} [rule: brorl.data.training.TrainDataSettings]"]
-        return []
-
-
 __all__ = ["TrainDataSettings", "prepare_train_data", "run_train_data", "with_picked_tasks", "paper_rewards",
            "make_paper_reward", "hub_revisions", "is_paper_record", "split_records",
-           "training_record", "MARKER", "PaperSource"]
+           "training_record", "MARKER", "REWARD_KINDS"]

@@ -17,11 +17,11 @@ A :class:`Benchmark` is everything :func:`brorl.evaluation.evaluate` needs besid
   benchmark itself);
 - decoding defaults (``default_k``, ``default_temperature``) and ``apply_chat_template``.
 
-The tiny profile's benchmarks are registered here, one ``tiny_<family>`` per evaluated family of
+The tiny task families' benchmarks are registered here, one ``tiny_<family>`` per evaluated family of
 :data:`brorl.tasks.FAMILIES` (kept in step with the family registry on every lookup, so a family added in
-process gets its benchmark too). The paper profile's (AIME24, AIME25, AMC, MATH500, Minerva,
-OlympiadBench, GPQA-Diamond, ...) go in a separate module, ``brorl.evaluation.paper_benchmarks``, which calls
-:func:`register_benchmark` at import; :func:`get_benchmark` imports it on first use when it exists (no change to
+process gets its benchmark too). The data catalog's (AIME24, AIME25, AMC, MATH500, Minerva,
+OlympiadBench, GPQA-Diamond, ..., scored by their kind's module in :mod:`brorl.kinds`) go in a separate module,
+``brorl.evaluation.catalog_tasks``, which calls :func:`register_benchmark` at import; :func:`get_benchmark` imports it on first use when it exists (no change to
 this file needed), and any other module can register more the same way.
 """
 
@@ -64,7 +64,7 @@ class Benchmark:
 
 BENCHMARKS: dict[str, Benchmark] = {}
 
-PLUGIN_MODULES = ("brorl.evaluation.paper_benchmarks",)
+PLUGIN_MODULES = ("brorl.evaluation.catalog_tasks",)
 """Modules imported by :func:`get_benchmark` / :func:`benchmark_names` when present (they register more)."""
 _plugins_loaded = False
 

@@ -2,14 +2,14 @@
 
 For a candidate list of Reasoning Gym tasks (at reasoning-gym's default settings, or the dataset config keys of
 ``task_configs``: a difficulty), ``prompts`` problems each are
-generated (:func:`brorl.data.reasoning_gym.generate_reasoning_gym`: RG's own prompt text, in the user turn
+generated (:func:`brorl.kinds.reasoning_gym.generate_reasoning_gym`: RG's own prompt text, in the user turn
 under the model's chat template, exactly as training and the lm-eval task see it), ``k`` completions per
 problem are sampled with the training engine and temperature, and each is scored with the training reward
 (:func:`brorl.data.training.make_paper_reward`: the last ``<answer>`` pair, the task's own verifier, a
 completion cut off at ``max_new_tokens`` scores 0). A completion *passes* when it scores 1 (some verifiers
 give partial credit, e.g. ``basic_arithmetic`` to a near number).
 
-:func:`brorl.data.reasoning_gym.pick` keeps a task when its mean pass rate lies in ``[low, high]`` (BroRL's band: prompts that are
+:func:`brorl.kinds.reasoning_gym.pick` keeps a task when its mean pass rate lies in ``[low, high]`` (BroRL's band: prompts that are
 neither solved nor hopeless, between ~1/64 and ~1/2) and it has at least one prompt with 0 < passes < k (so
 GRPO-style groups carry signal at the training N).
 """
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 from brorl.atomic import atomic_open
-from brorl.data.reasoning_gym import pick
+from brorl.kinds.reasoning_gym import pick
 
 def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int, max_new_tokens: int,
             temperature: float = 1.0, seed: int = 0, rg_seed: int = 777, engine: str = "prefix_tree",
@@ -30,7 +30,7 @@ def measure(model_dir: str | Path, tasks: Sequence[str], *, prompts: int, k: int
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from brorl.data.reasoning_gym import generate_reasoning_gym
+    from brorl.kinds.reasoning_gym import generate_reasoning_gym
     from brorl.models.sampling import SAMPLERS
     from brorl.tasks.core import format_prompt
     from brorl.data.training import make_paper_reward, training_record

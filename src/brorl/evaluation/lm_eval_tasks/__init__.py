@@ -1,10 +1,14 @@
-"""The hooks of the tiny profile's lm-eval tasks: ``utils.py`` (the loader and the scorer).
+"""The hook files of the project's lm-eval tasks, one per family of tasks (lm-eval imports them by path from the
+rendered task folder, beside the YAMLs):
 
-The task YAMLs themselves are not shipped: :func:`brorl.evaluation.tiny.render_tasks` renders
-``brorl_tiny_<family>.yaml`` (one task per evaluated family of :data:`brorl.tasks.FAMILIES`) and the group
-``brorl_tiny.yaml`` from the family registry at run time and copies ``utils.py`` beside them;
-``python -m brorl.evaluation.tiny DIR`` writes the portable form (data from ``--metadata '{"data_dir": ...}'``) for
-the stock ``lm_eval`` CLI. See :mod:`brorl.evaluation.tiny` for the exact command lines.
+- ``utils.py``: the tiny task families' tasks (``brorl_tiny_<family>``, group ``brorl_tiny``), rendered by
+  :mod:`brorl.evaluation.tiny`: the loader and the scorer (:func:`brorl.tasks.verify`);
+- ``kind_utils.py``: the data catalog's benchmarks (``brorl_paper_<name>``, any kind), rendered by
+  :mod:`brorl.evaluation.catalog_tasks`: the loader and one ``process_<kind>`` per module of :mod:`brorl.kinds`.
+
+The task YAMLs themselves are not shipped: they are rendered from the registries at run time, and
+``python -m brorl.evaluation.tiny DIR`` / ``python -m brorl.evaluation.catalog_tasks DIR`` write the portable form
+(data from ``--metadata '{"data_dir": ...}'``) for the stock ``lm_eval`` CLI.
 """
 
 from pathlib import Path

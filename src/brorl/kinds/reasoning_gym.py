@@ -1,6 +1,5 @@
-"""The Reasoning Gym benchmark: its problems generated locally (no hub snapshot), as records in the benchmark
-converters' format (:mod:`brorl.data.benchmarks`, whose :func:`~brorl.data.benchmarks.prepare_benchmark` caches
-them as JSONL).
+"""Reasoning Gym (reasoning_gym): problems generated locally by the pinned reasoning-gym package (no hub snapshot),
+scored by each task's own verifier; for evaluation and for training.
 
 A record: ``category`` (one of the paper's 11), ``task`` (the reasoning-gym dataset), ``entry`` (the
 reasoning-gym item as a JSON string, what its verifier scores) and ``answer`` (its gold answer, "" for the tasks
@@ -8,6 +7,7 @@ whose verifier checks validity instead: boxnet, graph_color, propositional_logic
 0.1.25). Its prompt is the question, then reasoning-gym's own ``SYSTEM_PROMPTS["default"]`` text
 (:data:`RG_INSTRUCTION`) asking for the answer in ``<answer></answer>`` tags, put in the user turn (DeepSeek-R1's
 recommendation: no system prompt). ProRL says only that answers go in ``<answer>`` tags; the wording is our choice.
+A training record keeps the dataset name as ``rg_task`` (its ``task`` is the training source).
 
 100 samples per task (ProRL's "100 held-out samples per task") for every reasoning-gym dataset
 whose module lies in one of the paper's 11 categories (algebra, algorithmic, arc, arithmetic, code,
@@ -15,11 +15,16 @@ cognition, games, geometry, graphs, induction, logic: 104 tasks in reasoning-gym
 present; the package's ``probability`` category and the ``composite`` wrapper are not among them). Default
 configs (the ones :func:`brorl.rewards.reasoning_gym_reward` scores with) and one fixed seed,
 :data:`RG_SEED`, far from the small seeds training generators use, which is what "held out" means here.
-Generation runs offline in a child process (``python -m brorl.data.reasoning_gym``) with ``PYTHONHASHSEED=0``
+Generation runs offline in a child process (``python -m brorl.kinds.reasoning_gym``) with ``PYTHONHASHSEED=0``
 and the global ``random`` / numpy RNGs seeded per task: five tasks (isomorphic_strings, knight_swap,
 polynomial_multiplication, ransom_note, word_ladder) iterate over sets of strings, so their items change with
 the hash seed, and two (list_functions, codeio) draw from the global RNGs; without both measures a rerun does
 not reproduce the file.
+
+Reward and scorer: :func:`brorl.rewards.reasoning_gym_reward` (the task's verifier on the text inside the last
+``<answer>...</answer>``), a value in [0, 1] in the reward pool's workers; the lm-eval task's pass@k counts a
+reward >= 0.5 as solved and also reports ``mean_reward`` (the raw continuous reward, ProRL's reporting for logic
+puzzles); its per-category metrics group by ``category``.
 
 The start model's pass rates per task (``brorl rg-difficulty``, :mod:`brorl.evaluation.rg_difficulty`) pick the
 tasks in BroRL's band: :func:`pick`, the picked tasks table (:func:`picked_tasks`) and the config sections they
@@ -35,6 +40,7 @@ import fractions
 import hashlib
 import io
 import json
+import logging
 import os
 import random
 import subprocess
@@ -44,8 +50,15 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from brorl import rewards
-from brorl.data.catalog import PROMPT_SEPARATOR, RG_CATEGORIES
+from brorl.kinds import PROMPT_SEPARATOR
+from brorl.kinds.base import Kind, binarize, gold_text, safe, with_eval_retry
+
+RG_CATEGORIES = ("algebra", "algorithmic", "arc", "arithmetic", "code", "cognition", "games", "geometry",
+                 "graphs", "induction", "logic")
+"""The 11 Reasoning Gym categories of BroRL Table 5 / ProRL v1."""
 
 RG_INSTRUCTION = (
     "Given a problem, your task is to answer the question by thinking step-by-step in a clear and specific "
@@ -221,7 +234,7 @@ def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SA
     with tempfile.TemporaryDirectory(prefix="brorl-rg-") as tmp:
         params_path, out_path = Path(tmp) / "params.json", Path(tmp) / "out.json"
         params_path.write_text(json.dumps(params))
-        proc = subprocess.run([sys.executable, "-m", "brorl.data.reasoning_gym", "--generate-reasoning-gym",
+        proc = subprocess.run([sys.executable, "-m", "brorl.kinds.reasoning_gym", "--generate-reasoning-gym",
                                str(params_path), str(out_path)], env=env, capture_output=True, text=True,
                               timeout=timeout, cwd=tmp)  # some generators write files (planet.com) into the cwd
         if proc.returncode != 0 or not out_path.is_file():
@@ -230,13 +243,74 @@ def generate_reasoning_gym(*, seed: int = RG_SEED, samples_per_task: int = RG_SA
     return out["records"], out["report"]
 
 
+def generation_request(*, seed: int = RG_SEED, samples_per_task: int = RG_SAMPLES_PER_TASK,
+                       tasks: Sequence[str] | None = None, task_configs: Mapping[str, Mapping] | None = None) -> dict:
+    """What a generated file is made from (part of its cache request)."""
+    rg = {"seed": int(seed), "samples_per_task": int(samples_per_task),
+          "tasks": None if tasks is None else sorted(tasks), "categories": list(RG_CATEGORIES),
+          "reasoning_gym": reasoning_gym_version()}
+    if task_configs:  # only when given: existing requests (and their cached files) stay valid
+        rg["task_configs"] = {t: dict(c) for t, c in sorted(task_configs.items())}
+    return rg
+
+
+def generate(request: Mapping, *, tasks: Sequence[str] | None = None,
+             task_configs: Mapping[str, Mapping] | None = None) -> tuple[list[dict], dict]:
+    """The records of a generation request (:func:`generation_request`) and its report (``missing_categories``
+    when every task was asked and a category has none; a warning when a gold answer scores differently after a
+    JSON round trip). ``tasks`` / ``task_configs``: as given to the request (the request sorts them)."""
+    records, report = generate_reasoning_gym(seed=request["seed"], samples_per_task=request["samples_per_task"],
+                                             tasks=tasks, task_configs=task_configs)
+    missing = [c for c, n in report["categories"].items() if n == 0]
+    if tasks is None and missing:
+        report["missing_categories"] = missing
+    if report["gold_changes_through_json"]:
+        logging.getLogger(__name__).warning("reasoning_gym: the gold answer of %s scores differently after a JSON "
+                                            "round trip", report["gold_changes_through_json"])
+    return records, report
+
+
+def passed_reward(doc, completions) -> list[float]:
+    """[0, 1] per completion: :func:`brorl.rewards.reasoning_gym_reward` (the task's own verifier on the text
+    inside the last ``<answer>...</answer>``)."""
+    completions = list(completions)
+    try:  # parsed once for all k completions
+        entry = rewards.parse_reasoning_gym_entry(doc.get("entry")) if isinstance(doc, dict) else None
+    except ValueError:  # not JSON
+        entry = None
+    if entry is None or not completions:
+        return [0.0] * len(completions)
+    return with_eval_retry(rewards.get_default_pool().reasoning_gym_rewards, completions,
+                           [entry] * len(completions), "reasoning_gym")
+
+
+def judge(doc, completions) -> tuple[list[int], dict]:
+    scores = safe(passed_reward, doc, completions)
+    return binarize(scores), {"mean_reward": float(np.mean(scores)) if scores else 0.0}
+
+
+def reward(records, completions) -> tuple[list[float], list[bool]]:
+    """The verifier's score per (record, completion) in one call of the reward pool, and whether each timed out."""
+    flags: list[bool] = []
+    scores = rewards.get_default_pool().reasoning_gym_rewards(list(completions), [r.get("entry") for r in records],
+                                                              timeouts=flags)
+    return scores, flags
+
+
+KIND = Kind(
+    name="reasoning_gym", description="paper profile, Reasoning Gym: each task's verifier, 11 categories",
+    instruction=RG_INSTRUCTION, score=passed_reward, judge=judge, generate=generate,
+    generation_request=generation_request, rewards=reward, extra_metrics=(("mean_reward", "mean"),),
+    category_field="category", training_renames={"task": "rg_task"}, code=(rewards, gold_text))
+
+
 def _main(argv: Sequence[str]) -> int:
     if len(argv) == 3 and argv[0] == "--generate-reasoning-gym":
         params = json.loads(Path(argv[1]).read_text())
         records, report = _generate_rg(params)
         Path(argv[2]).write_text(json.dumps({"records": records, "report": report}))
         return 0
-    print("usage: python -m brorl.data.reasoning_gym --generate-reasoning-gym PARAMS.json OUT.json",
+    print("usage: python -m brorl.kinds.reasoning_gym --generate-reasoning-gym PARAMS.json OUT.json",
           file=sys.stderr)
     return 2
 
@@ -247,5 +321,5 @@ if __name__ == "__main__":
 
 __all__ = [
     "generate_reasoning_gym", "reasoning_gym_tasks", "missing_rg_categories", "reasoning_gym_version",
-    "RG_INSTRUCTION", "RG_SAMPLES_PER_TASK", "RG_SEED",
+    "RG_CATEGORIES", "RG_INSTRUCTION", "RG_SAMPLES_PER_TASK", "RG_SEED", "KIND", "pick", "picked_tasks", "apply_picked",
 ]

@@ -1,20 +1,22 @@
-"""The paper profile's benchmarks as lm-eval tasks, registered in :mod:`brorl.evaluation.benchmarks`.
+"""The data catalog's benchmarks (the paper profile's, any kind) as lm-eval tasks, registered in
+:mod:`brorl.evaluation.benchmarks`.
 
 Benchmarks (registry name -> lm-eval task ``brorl_paper_<name>``; data ``<data_dir>/<name>/test.jsonl`` from
-:func:`brorl.data.benchmarks.prepare_benchmark`; the sources are rows of :mod:`brorl.data.catalog`):
+:func:`brorl.data.benchmarks.prepare_benchmark`; the sources are rows of :mod:`brorl.data.catalog`). How a benchmark
+is scored is its kind's, ``brorl.kinds.<kind>`` (nothing here depends on a kind):
 
 ========================  ============  ===================================================================
-name                      scored as     scorer (``brorl/evaluation/lm_eval_tasks_paper/paper_utils.py``)
+name                      kind          scorer (its module in :mod:`brorl.kinds`)
 ========================  ============  ===================================================================
 aime24, aime25, amc,      math          :func:`brorl.rewards.math_reward` (math-verify, gold first)
 math500, minerva,
 olympiadbench
-gpqa_diamond              multiple      the letter ``paper_utils.extract_choice_letter`` finds (last
-                          choice        ``\\boxed{}`` letter, then ``<answer>``, then "answer is X")
-ifeval                    IFEval        lm-eval's own IFEval checks, prompt-level strict (needs lm-eval's
+gpqa_diamond              gpqa          the letter :func:`brorl.kinds.gpqa.extract_choice_letter` finds (last
+                                        ``\\boxed{}`` letter, then ``<answer>``, then "answer is X")
+ifeval                    ifeval        lm-eval's own IFEval checks, prompt-level strict (needs lm-eval's
                                         ``ifeval`` extra and NLTK ``punkt_tab``: not installed here)
-reasoning_gym             Reasoning     :func:`brorl.rewards.reasoning_gym_reward` (each task's verifier);
-                          Gym           ``category_field="category"`` (the paper's 11 categories)
+reasoning_gym             reasoning_gym :func:`brorl.rewards.reasoning_gym_reward` (each task's verifier);
+                                        ``category_field="category"`` (the paper's 11 categories)
 apps, codecontests,       code          :func:`brorl.sandbox.code_rewards` (fraction of tests passed); solved
 codeforces, taco                        = every test passed (registered, not in the catalog's default
                                         ``BENCHMARK_NAMES``: ask for them by name)
@@ -32,21 +34,23 @@ end token (its ``generation_config`` for both engines, plus lm-eval's ``until`` 
 ``SamplingParams`` rejects ``eos_token_id``).
 
 Metrics per task: ``mean_at_k`` (the paper's pass@1 averaged over 16 samples) and unbiased ``pass_at_<j>``,
-j = 1, 2, 4, 8, 16, on 0/1 scores; Reasoning Gym adds ``mean_reward`` (the continuous reward average), code
-``mean_test_fraction`` (its 0/1 score is "all tests passed"), IFEval ``prompt_level_loose_acc``, ``inst_level_strict_acc``, ``inst_level_loose_acc``.
+j = 1, 2, 4, 8, 16, on 0/1 scores, then the kind's own (``Kind.extra_metrics``): Reasoning Gym adds
+``mean_reward`` (the continuous reward average), code ``mean_test_fraction`` (its 0/1 score is "all tests
+passed"), IFEval ``prompt_level_loose_acc``, ``inst_level_strict_acc``, ``inst_level_loose_acc``.
 
 Stock CLI (vLLM, as in the paper), with the portable folder (rendered from the catalog into a folder of your
-choice by ``python -m brorl.evaluation.paper_benchmarks DIR [NAME ...]``, which prints DIR; default names: the
+choice by ``python -m brorl.evaluation.catalog_tasks DIR [NAME ...]``, which prints DIR; default names: the
 catalog's default list) and the data folder in ``--metadata``::
 
     lm_eval --model vllm --model_args pretrained=/abs/path/to/model,max_model_len=34816 \\
         --apply_chat_template \\
-        --include_path "$(python -m brorl.evaluation.paper_benchmarks "$(mktemp -d)")" \\
+        --include_path "$(python -m brorl.evaluation.catalog_tasks "$(mktemp -d)")" \\
         --metadata '{"data_dir": "/abs/path/to/resources/benchmarks"}' \\
         --tasks brorl_paper_aime24,brorl_paper_math500 --seed 1234 --output_path results/lm_eval --log_samples
 
 No task YAML is committed: every benchmark's task is rendered from its catalog row at run time (a new benchmark
-of an existing kind is a catalog row, its pin in the profile's config and its paper values).
+of an existing kind is a catalog row, its pin in the profile's config and its paper values; a new kind also its
+module in :mod:`brorl.kinds`).
 """
 
 from __future__ import annotations
@@ -54,29 +58,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from brorl import rewards, sandbox
+from brorl import kinds
 from brorl.data import benchmarks as data_benchmarks
 from brorl.data.catalog import ALL_BENCHMARK_NAMES, BENCHMARK_NAMES, benchmark_spec
 from brorl.evaluation.benchmarks import Benchmark, register_benchmark
-from brorl.evaluation.lm_eval_tasks_paper import TASKS_DIR, paper_utils
+from brorl.evaluation.lm_eval_tasks import TASKS_DIR, kind_utils
+from brorl.evaluation.metrics import doc_metrics
 from brorl.evaluation.task_yaml import FunctionRef, dump_yaml, metric_names, write_task_folder
 from brorl.tasks import core as task_core
 
 TASK_PREFIX = "brorl_paper_"
-UTILS_FILE = "paper_utils.py"
+UTILS_FILE = "kind_utils.py"
 TASK_VERSION = 1.0
 PAPER_DECODING = {"k": 16, "temperature": 0.6, "top_p": 0.95, "top_k": 0, "max_gen_toks": 32768}
 """BroRL App. D: pass@1 averaged over 16 samples, top_p 0.95, temperature 0.6, 32k context; ProRL v1 §4: vLLM,
 maximum response length 32k. ``top_k: 0`` = no top-k truncation (our explicit setting; the papers use none)."""
 BACKENDS = (None, "hf", "vllm")
-
-EXTRA_METRICS = {
-    "reasoning_gym": [("mean_reward", "mean")],
-    "code": [("mean_test_fraction", "mean")],
-    "ifeval": [("prompt_level_loose_acc", "mean"), ("inst_level_strict_acc", "inst"),
-               ("inst_level_loose_acc", "inst")],
-}
-
 
 def task_name(name: str) -> str:
     return f"{TASK_PREFIX}{name}"
@@ -84,7 +81,7 @@ def task_name(name: str) -> str:
 
 def data_file(data_dir: str | Path, name: str) -> Path:
     """``<data_dir>/<name>/test.jsonl``: where :func:`render_tasks` and the registry expect a benchmark's JSONL."""
-    return paper_utils.data_file_of(data_dir, name)
+    return kind_utils.data_file_of(data_dir, name)
 
 
 def generation_kwargs(*, temperature: float, top_p: float, top_k: int, max_gen_toks: int,
@@ -120,16 +117,16 @@ def task_config(name: str, *, k: int, temperature: float, top_p: float, top_k: i
     if data_file is not None:
         dataset_kwargs = {"data_file": str(data_file), **dataset_kwargs}
     metrics = [{"metric": m, "aggregation": "mean", "higher_is_better": True} for m in metric_names(k)]
-    for metric, agg in EXTRA_METRICS.get(spec.kind, []):
+    for metric, agg in kinds.kind(spec.kind).extra_metrics:
         metrics.append({"metric": metric,
-                        "aggregation": "mean" if agg == "mean" else FunctionRef("paper_utils.agg_inst_level_acc"),
+                        "aggregation": "mean" if agg == "mean" else FunctionRef("kind_utils.agg_inst_level_acc"),
                         "higher_is_better": True})
     return {
         "task": task_name(name),
         "dataset_path": "",
-        "custom_dataset": FunctionRef("paper_utils.load_records"),
+        "custom_dataset": FunctionRef("kind_utils.load_records"),
         "dataset_kwargs": dataset_kwargs,
-        "test_split": paper_utils.SPLIT_KEY,
+        "test_split": kind_utils.SPLIT_KEY,
         "output_type": "generate_until",
         "doc_to_text": "prompt",
         "doc_to_target": "answer",
@@ -140,7 +137,7 @@ def task_config(name: str, *, k: int, temperature: float, top_p: float, top_k: i
                                                max_gen_toks=max_gen_toks, stop_token_ids=stop_token_ids,
                                                backend=backend),
         "filter_list": [{"name": "none", "filter": [{"function": "take_first_k", "k": k}]}],
-        "process_results": FunctionRef(f"paper_utils.{paper_utils.PROCESSORS[spec.kind]}"),
+        "process_results": FunctionRef(f"kind_utils.{kind_utils.PROCESS_PREFIX}{spec.kind}"),
         "metric_list": metrics,
         "metadata": {"version": TASK_VERSION},
     }
@@ -151,7 +148,7 @@ def render_tasks(data_dir: str | Path | None, out_dir: str | Path, *, names: Seq
                  top_p: float = PAPER_DECODING["top_p"], top_k: int = PAPER_DECODING["top_k"],
                  max_gen_toks: int | None = None, stop_token_ids: Sequence[int] = (), backend: str | None = None,
                  **_ignored) -> Path:
-    """Write ``brorl_paper_<name>.yaml`` for each of ``names`` and ``paper_utils.py`` into ``out_dir`` and return
+    """Write ``brorl_paper_<name>.yaml`` for each of ``names`` and ``kind_utils.py`` into ``out_dir`` and return
     it (the lm-eval ``include_path``).
 
     ``data_dir``: the folder holding ``<name>/test.jsonl``, written into each YAML as an absolute path
@@ -188,17 +185,9 @@ def prepare_benchmarks(data_dir: str | Path, source, *, names: Sequence[str] = B
 
 # -------------------------------------------------------------------------------------------------- registry
 
-_DESCRIPTIONS = {
-    "math": "paper profile, math: math-verify against the gold answer",
-    "gpqa": "paper profile, GPQA-Diamond: option letter in \\boxed{}",
-    "ifeval": "paper profile, IFEval: lm-eval's checks, prompt-level strict",
-    "reasoning_gym": "paper profile, Reasoning Gym: each task's verifier, 11 categories",
-    "code": "paper profile, code: sandboxed tests, solved = all tests passed",
-}
-
-
 def _benchmark(name: str) -> Benchmark:
     spec = benchmark_spec(name)
+    kind = kinds.kind(spec.kind)
 
     def render(data_dir, out_dir, *, k, temperature, max_gen_toks=None, stop_token_ids=(), **options) -> Path:
         options.pop("names", None)  # a benchmark renders its own task only
@@ -210,11 +199,10 @@ def _benchmark(name: str) -> Benchmark:
 
     return Benchmark(
         name=name, lm_eval_task=task_name(name), render=render, data_files=data_files,
-        score=paper_utils.SCORERS[spec.kind], doc_metrics=paper_utils.doc_metrics,
-        code=(rewards, data_benchmarks.gold_text, *((sandbox,) if spec.kind == "code" else ())), prompt_of=task_core.format_prompt,
-        category_field="category" if spec.kind == "reasoning_gym" else None,
+        score=kind.score, doc_metrics=doc_metrics, code=(*kind.code, kinds.module(spec.kind)),
+        prompt_of=task_core.format_prompt, category_field=kind.category_field,
         default_k=PAPER_DECODING["k"], default_temperature=PAPER_DECODING["temperature"], apply_chat_template=True,
-        description=_DESCRIPTIONS[spec.kind],
+        description=kind.description,
         extra={"kind": spec.kind, "repo_id": spec.repo_id, "revision": spec.revision,
                "revision_pinned": spec.revision_pinned, "files": list(spec.files), "paper": spec.paper,
                "note": spec.note, "decoding": dict(PAPER_DECODING), "engine_paper": "vllm"})
@@ -227,8 +215,8 @@ for _name in ALL_BENCHMARK_NAMES:
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m brorl.evaluation.paper_benchmarks",
-                                description="Render the paper benchmarks' lm-eval tasks (portable form) into DIR.")
+    p = argparse.ArgumentParser(prog="python -m brorl.evaluation.catalog_tasks",
+                                description="Render the catalog benchmarks' lm-eval tasks (portable form) into DIR.")
     p.add_argument("out_dir", help="folder to write (the lm-eval --include_path); printed")
     p.add_argument("names", nargs="*", help=f"benchmarks (default: {', '.join(BENCHMARK_NAMES)})")
     args = p.parse_args(argv)
