@@ -187,6 +187,14 @@ def test_tail_pool_families_are_checked(families, message):
     assert any(message in e for e in study_errors(cfg)), study_errors(cfg)
 
 
+def test_deciding_on_the_training_pool_needs_a_tail_pool_setting():
+    cfg = cfg_of(WEAK)
+    cfg["study"]["ablations"]["tail_comparison"] = {**cfg["study"]["ablations"]["tail_comparison"], "pool": "fixed"}
+    assert any(e.startswith("study.decision.prompts: train_pool needs the decision setting 'tail_comparison' on "
+                            "`pool: tail`") for e in study_errors(cfg)), study_errors(cfg)
+    assert study_errors(cfg_of(WEAK)) == []
+
+
 def test_a_missing_earlier_csv_is_a_config_error_naming_the_key():
     cfg = cfg_of(TAIL)
     cfg["study"]["earlier"] = {"gone": "docs/results/study/nope/verdicts.csv"}

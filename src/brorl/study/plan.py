@@ -358,6 +358,9 @@ def _premise_tail_errors(profile: Profile, rl: dict, study: dict, names: list[st
     if d and d.get("setting") not in names:
         errors.append(f"study.decision.setting: {d.get('setting')!r} is not a setting ({', '.join(names)}) "
                       "[rule: known settings]")
+    elif d and d.get("prompts") == "train_pool" and _axes(study, d["setting"]).get("pool") != "tail":
+        errors.append(f"study.decision.prompts: train_pool needs the decision setting {d['setting']!r} on `pool: tail` "
+                      "(only tail-pool arms score their training prompts) [rule: decision on the training pool]")
     return errors
 
 
