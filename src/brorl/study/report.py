@@ -673,7 +673,7 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
                  f" Supported: {fmt(said('supports', 'holds'))}. Contradicted: {fmt(said('contradicts', 'does not'))}."
                  f" Not resolved or not testable: {fmt(said('not resolved', 'not testable'))}."
                  + (" Earlier settings, re-tested at the seed level (their section below): "
-                    + "; ".join(f"{name}: {_earlier_counts(rows)}" for name, rows in earlier.items()) + "."
+                    + "; ".join(f"{name}: {_earlier_counts(found)}" for name, found in earlier.items()) + "."
                     if earlier else "") +
                  " The paper's absolute numbers (a 1.5B model on math, code and reasoning benchmarks) and its GPU "
                  "throughput are not tested at this scale.")
