@@ -122,7 +122,7 @@ def warm_lookup_model():
 CHECK = {"prompts": 128, "steps": 150, "batch_size": 64, "lr": 3e-3}
 
 
-@pytest.mark.slow  # ~3 min of wall time at load average 5-9 on the 2-core machine (2026-12-06); the model is trained
+@pytest.mark.slow  # the two: 1.5-3.5 min of wall time at load average 5-9 on the 2-core machine (2026-12-06)
 def test_training_on_half_the_lookup_prompts_does_not_lift_the_other_half(warm_lookup_model):
     import copy
 
