@@ -304,8 +304,9 @@ def study_errors(config: dict) -> list[str]:
     errors += _tail_family_errors(config.get("tasks") or {}, study)
     for name, path in (study.get("earlier") or {}).items():
         if not Path(str(path)).is_file():
-            errors.append(f"study.earlier.{name}: {path} is not a file (an earlier study's verdicts.csv, relative to the "
-                          "project root) [rule: earlier studies' per-seed CSVs]")
+            errors.append(f"study.earlier.{name}: {path} is not a file (an earlier study's verdicts.csv; a relative path "
+                          "is from the working directory, the project root under Snakemake) [rule: earlier studies' "
+                          "per-seed CSVs]")
     h = heldout_settings(rl, study)
     if h["mode"] not in ("exact", "sampled"):
         errors.append(f"study.heldout.mode: {h['mode']!r} is not one of exact, sampled [rule: heldout modes]")
