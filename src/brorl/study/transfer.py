@@ -10,6 +10,9 @@ family (:mod:`brorl.tasks.lookup`) is built to transfer weakly. This check measu
 3. measure the exact pass rate p (:func:`brorl.models.scoring.exact_answer_probability`) on A and B before and after.
 
 ``transfer`` = gain on B / gain on A: ~1 when every prompt shares one rule, ~0 when answers are prompt-specific.
+It reads transfer only when A is large and each of its prompts is seen a few times: from the tiny ProRL checkpoint,
+256 ``add`` prompts repeated ~15 times each were memorised at the other half's cost (transfer < 0), 2,048 prompts seen
+~2 times each gave 0.41 (docs/study.md "The weak-transfer family", measured 2026-12-06).
 ``python -m brorl.study.transfer MODEL_DIR DATA_DIR --families add lookup`` prints one JSON line per family.
 """
 
