@@ -5,7 +5,7 @@
 import os
 
 from brorl.study.plan import (all_settings, arm_jobs, fresh_pool_tasks, late_start_stage, pools, premise_seeds,
-                              premise_stage, stage_for, starts)
+                              premise_stage, stage_for, starts, tail_families)
 
 STUDY = "study" in config
 STUDY_CFG = config.get("study", {})
@@ -32,7 +32,7 @@ STUDY_POOL_FILES = [f"{POOL_DIRS['fresh']}/{task}/{split}.jsonl" for task in con
 STUDY_PREMISE_FILES = [at("study", f"results/study/premise/seed{s}/{name}") for s in (premise_seeds(STUDY_CFG) if STUDY else [])
                        for name in ("summary.json", "heldout.json")]
 STUDY_TAIL = STUDY_CFG.get("tail_pool") if STUDY and PROFILE.data == "tasks" else None
-STUDY_TAIL_FILES = ([f"{POOL_DIRS['tail']}/{task}/{split}.jsonl" for task in config["tasks"]["tasks"]
+STUDY_TAIL_FILES = ([f"{POOL_DIRS['tail']}/{task}/{split}.jsonl" for task in tail_families(config["tasks"], STUDY_TAIL)
                      for split in ("train", "validation", "test")] + [f"{POOL_DIRS['tail']}/tasks.json", f"{POOL_DIRS['tail']}/tail_pool.json"]
                     if STUDY_TAIL else [])
 STUDY_POOL_INPUTS = {"fixed": TRAIN_DATA_FILES, "fresh": STUDY_POOL_FILES, "tail": STUDY_TAIL_FILES}
@@ -174,6 +174,7 @@ if STUDY:
             STUDY_ARM_FILES,
             STUDY_PREMISE_FILES,
             STUDY_TAIL_FILES[-1:],  # tail_pool.json: the pool's counts
+            list((STUDY_CFG.get("earlier") or {}).values()),  # earlier studies' per-seed CSVs (committed docs)
         output:
             md=at("study", "results/study/summary.md"),
             csv=at("study", "results/study/summary.csv"),

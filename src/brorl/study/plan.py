@@ -61,6 +61,7 @@ the start with the slope plateau stop and a stated sample budget; rule ``study_p
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from brorl.profile import Profile
 
@@ -229,6 +230,12 @@ def heldout_settings(rl: dict, study: dict) -> dict:
     return {**HELDOUT_DEFAULTS, **(study.get("heldout") or {})}
 
 
+def tail_families(tasks: dict, tail_pool: dict) -> list[str]:
+    """The families of the tail pool (:mod:`brorl.study.tail`): ``tail_pool.families`` (``config/study_weak.yaml``:
+    only the weak-transfer ``lookup``), else every family of ``tasks.tasks``."""
+    return list(tail_pool.get("families") or tasks["tasks"])
+
+
 def fresh_pool_tasks(tasks: dict, study: dict) -> dict:
     """The tiny task settings with a train pool of ``fresh_pool_size`` prompts per single-answer family (the
     validation and test splits are the same prompts: splits are drawn from disjoint hashed regions)."""
@@ -294,6 +301,12 @@ def study_errors(config: dict) -> list[str]:
             except (TypeError, ValueError) as err:
                 errors.append(f"{where} (N={n}): {err} [rule: RLSettings]")
     errors += _premise_tail_errors(profile, rl, study, names)
+    errors += _tail_family_errors(config.get("tasks") or {}, study)
+    for name, path in (study.get("earlier") or {}).items():
+        if not Path(str(path)).is_file():
+            errors.append(f"study.earlier.{name}: {path} is not a file (an earlier study's verdicts.csv; a relative path "
+                          "is from the working directory, the project root under Snakemake) [rule: earlier studies' "
+                          "per-seed CSVs]")
     h = heldout_settings(rl, study)
     if h["mode"] not in ("exact", "sampled"):
         errors.append(f"study.heldout.mode: {h['mode']!r} is not one of exact, sampled [rule: heldout modes]")
@@ -346,4 +359,24 @@ def _premise_tail_errors(profile: Profile, rl: dict, study: dict, names: list[st
     if d and d.get("setting") not in names:
         errors.append(f"study.decision.setting: {d.get('setting')!r} is not a setting ({', '.join(names)}) "
                       "[rule: known settings]")
+    elif d and d.get("prompts") == "train_pool" and _axes(study, d["setting"]).get("pool") != "tail":
+        errors.append(f"study.decision.prompts: train_pool needs the decision setting {d['setting']!r} on `pool: tail` "
+                      "(only tail-pool arms score their training prompts) [rule: decision on the training pool]")
+    return errors
+
+
+def _tail_family_errors(tasks: dict, study: dict) -> list[str]:
+    """``study.tail_pool.families``: single-answer families of ``tasks.tasks`` (the pool keeps prompts by their one
+    answer's exact pass rate)."""
+    from brorl.tasks.families import FAMILIES
+
+    tp = study.get("tail_pool") or {}
+    errors = []
+    for i, name in enumerate(tp.get("families") or []):
+        if name not in (tasks.get("tasks") or []):
+            errors.append(f"study.tail_pool.families[{i}]: {name!r} is not a family of tasks.tasks "
+                          f"({', '.join(tasks.get('tasks') or [])}) [rule: tail pool families]")
+        elif name in FAMILIES and FAMILIES[name].probe:
+            errors.append(f"study.tail_pool.families[{i}]: {name!r} is a multi-answer probe family; the pool needs "
+                          "single-answer families [rule: tail pool families]")
     return errors

@@ -50,6 +50,8 @@ def load_arm(folder: Path) -> list[dict]:
         z = np.load(seed_dir / "heldout.npz")
         s["p_end"], s["p_start"] = z["p_end"], z["p_start"]
         s["task"] = z["task"] if "task" in z.files else np.full(s["p_end"].size, "")  # older files: no families
+        if "p_train_end" in z.files:  # the tail pool's arms: the training prompts' own p (heldout.log_heldout)
+            s["p_train_start"], s["p_train_end"] = z["p_train_start"], z["p_train_end"]
         start = [(0.0, s["validation_pass1_start"])] if "validation_pass1_start" in s else []
         s["probe_curve"] = start + _probe_curve(seed_dir / "metrics.csv")
         run = seed_dir / "mlflow_run_id"
@@ -176,6 +178,7 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
     premise = premise_tests(rl, study, plan, arm_of)
     measured = premise_run(study, results)
     tail = tail_section(study, plan, arm_of, verdicts, results)
+    earlier = earlier_section(study)
     out = Path(md_path).parent
     _seed_csv(plan, arm_of, out / "seeds.csv")
     _verdict_csv(verdicts, factorial, premise, out / "verdicts.csv")
@@ -188,7 +191,7 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
                                     "start": float(runs[0]["p_start"].mean())}] if runs else []),
                        out / "saturation.png")
     md = _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
-                   measured=measured, tail=tail)
+                   measured=measured, tail=tail, earlier=earlier)
     write_text(md_path, report(md))
     return verdicts
 
@@ -356,7 +359,7 @@ def _test_cells(v) -> str:
 
 
 def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, factorial, premise, profile,
-              measured=None, tail=None) -> str:
+              measured=None, tail=None, earlier=None) -> str:
     n_seeds = len(study["seeds"])
     ref_n = reference_n(study)
     first = next(iter(plan))
@@ -374,10 +377,13 @@ def _markdown(rl, study, plan, arm_of, rows, verdicts, png_delta, png_base, fact
         f"samples in total; {n_seeds} seeds configured; {_refill_note(study)}. "
         "Each setting's samples per step, steps and learning rate are listed under \"Verdict per setting\". " + how, "",
         _coverage(study, plan, verdicts) + _short_arms(study, plan, arm_of), "",
-        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n, measured, tail), ""]
-    lines += _premise_run_md(measured) if measured and not measured.get("not_run") else []  # the measured premise first (issue 29) ...
-    lines += _tail_md(tail) if tail else []  # ... then the tail-dominated pool, then the earlier settings
-    lines += _premise_md(premise, ref_n)  # the premise first: every comparison below depends on it
+        "## Verdict", "", _claims(verdicts, factorial, premise, study, ref_n, measured, tail, earlier), ""]
+    # issue 29's order: the premise first (every comparison below depends on it), then the tail-dominated pool, then
+    # the earlier settings re-tested at the seed level (study.earlier), then this run's details
+    lines += _premise_run_md(measured) if measured and not measured.get("not_run") else []
+    lines += _premise_md(premise, ref_n)
+    lines += _tail_md(tail) if tail else []
+    lines += _earlier_md(earlier) if earlier else []
     unequal = {s: v for s, v in verdicts.items() if v["unequal"]}
     if unequal:
         lines += ["## BroRL's comparison: larger N at a larger batch", "",
@@ -587,7 +593,7 @@ def _premise_sentence(premise, ref_n) -> str:
             "samples per arm.")
 
 
-def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None) -> str:
+def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None, earlier=None) -> str:
     """The verdict: a short table (claim, what was compared, Δ, seed-level p, prompt-level p, reading) and two or
     three plain sentences. Seed-level tests decide; fewer than 3 seeds read "not testable"."""
     rows = []  # (claim, what was compared, test dict or None, reading)
@@ -606,9 +612,11 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
         o = tail["outcome"]
         reading = ("supports" if o == "supported" else "contradicts" if "N=16 is better" in o else
                    "not testable" if o.startswith("not testable") else "not resolved")
-        rows.append((f"BroRL's mechanism on the tail pool (decision rule: Δ on the band > {d['margin']:g}, "
-                     f"p < {d['alpha']:g})", f"{d['setting']}: {r['short']}, {r['band_prompts']} test prompts in the band",
-                     r["band"], reading))
+        on = decision_on(d)
+        where = (f"{r['band_prompts']} test prompts in the band" if on == "band" else
+                 f"the {r['pool_prompts']:,} training-pool prompts (all in the band at the start)")
+        rows.append((f"BroRL's mechanism on the tail pool (decision rule: Δ {DECISION_ON[on]} > {d['margin']:g}, "
+                     f"p < {d['alpha']:g})", f"{d['setting']}: {r['short']}, {where}", r[on], reading))
     if premise:
         r = premise[-1]
         reading = ("not testable" if not r.get("testable") else
@@ -665,6 +673,9 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
                  "its noise), the prompt-level p is secondary." + premise_note +
                  f" Supported: {fmt(said('supports', 'holds'))}. Contradicted: {fmt(said('contradicts', 'does not'))}."
                  f" Not resolved or not testable: {fmt(said('not resolved', 'not testable'))}."
+                 + (" Earlier settings, re-tested at the seed level (their section below): "
+                    + "; ".join(f"{name}: {_earlier_counts(found)}" for name, found in earlier.items()) + "."
+                    if earlier else "") +
                  " The paper's absolute numbers (a 1.5B model on math, code and reasoning benchmarks) and its GPU "
                  "throughput are not tested at this scale.")
     return "\n".join(table) + "\n\n" + sentences
@@ -827,12 +838,10 @@ def splice_verdict(summary_md, readme) -> None:
 
 
 
-def retest_summary(summary_md) -> str:
-    """Seed-level tests recomputed from an older ``summary.md`` (one written before the seed became the unit): every
-    table row with a per-seed column gets its one-sample t over those per-seed values (paired by seed), beside the
-    prompt-level p the row printed. For docs only (``python -m brorl.study.report --retest SUMMARY_MD``); a new run
-    writes these tests itself."""
-    out, section, head = [], "", None
+def _retest_table_rows(summary_md):
+    """(section, first cell, per-seed cell, printed p cell, printed verdict) of every table row with a per-seed
+    column of an older ``summary.md``."""
+    section, head = "", None
     for line in Path(summary_md).read_text().splitlines():
         if line.startswith("## "):
             section, head = line[3:], None
@@ -851,22 +860,65 @@ def retest_summary(summary_md) -> str:
                     next((i for i, h in enumerate(head) if h == "p" or h.startswith("p (")), None))
         if col is None or pcol is None:
             continue
-        values = [float(x) for x in cells[col].split(",") if x.strip()]
-        test = one_sample(values)
         old = next((cells[i] for i, h in enumerate(head) if h in ("verdict", "significant gain", "BroRL better?")), "")
+        yield section, cells[0], cells[col], cells[pcol], old
+
+
+def retest_summary(summary_md) -> str:
+    """Seed-level tests recomputed from an older ``summary.md`` (one written before the seed became the unit): every
+    table row with a per-seed column gets its one-sample t over those per-seed values (paired by seed), beside the
+    prompt-level p the row printed. For docs only (``python -m brorl.study.report --retest SUMMARY_MD``); a new run
+    writes these tests itself."""
+    out = []
+    for section, row, per_seed, printed_p, old in _retest_table_rows(summary_md):
+        test = one_sample([float(x) for x in per_seed.split(",") if x.strip()])
         new = seed_verdict(test, ("gain", "loss", "no significant change", "not testable")
                            if section.startswith("The premise") else ("won", "lost", "tied", "not testable"))
-        out.append(f"| {section} | {cells[0]} | {test['delta']:+.4f} | {cells[col]} | {describe(test)} | "
-                   f"{cells[pcol]} | {old.strip('*')} | {new if old else '–'} |")
+        out.append(f"| {section} | {row} | {test['delta']:+.4f} | {per_seed} | {describe(test)} | "
+                   f"{printed_p} | {old.strip('*')} | {new if old else '–'} |")
     return "\n".join(["| section | row | Δ (mean of per-seed) | per-seed | seed-level p | prompt-level p (as printed) | "
                       "verdict then (prompts) | verdict now (seeds) |", "|---|---|---|---|---|---|---|---|", *out])
 
 
-if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD | --retest SUMMARY_MD
+RETEST_KINDS = {"Verdict per setting": "best larger N - N=16", "The 2x2 factorial": "effect",
+                "The premise": "premise: end - start"}
+"""The sections of an older summary whose rows :func:`retest_csv` keeps, and the ``kind`` a new run's verdicts.csv
+gives them (the other sections with per-seed values repeat these rows)."""
+
+
+def retest_csv(summary_md, out_csv) -> int:
+    """An older ``summary.md``'s comparisons as a new run's ``verdicts.csv`` (:data:`VERDICT_COLUMNS`: per-seed values,
+    the seed-level test over them, the prompt-level p as the row printed it), so ``study.earlier`` can read every
+    study alike (``python -m brorl.study.report --retest-csv SUMMARY_MD OUT_CSV``). Returns the rows written."""
+    rows = []
+    for section, row, per_seed, printed_p, old in _retest_table_rows(summary_md):
+        kind = next((k for prefix, k in RETEST_KINDS.items() if section.startswith(prefix)), None)
+        if kind is None:
+            continue
+        values = [float(x) for x in per_seed.split(",") if x.strip()]
+        test = one_sample(values)
+        words = (("gain", "loss", "no significant change", "not testable") if kind.startswith("premise") else
+                 ("positive", "negative", "not resolved", "not testable") if kind == "effect" else
+                 ("won", "lost", "tied", "not testable"))
+        rows.append({"comparison": f"factorial {row}" if kind == "effect" else row, "kind": kind, "delta": test["delta"],
+                     "per_seed": " ".join(f"{x:.6g}" for x in values), "seeds": test["seeds"],
+                     "seed_test": test["test"] if test["testable"] else f"not testable ({test['why']})",
+                     "seed_t": test["t"], "seed_df": test["df"], "seed_p": test["p_two_sided"], "prompt_t": "",
+                     "prompt_p": printed_p, "prompts": "", "verdict": seed_verdict(test, words)})
+    with atomic_open(out_csv, newline="") as f:
+        w = csv.DictWriter(f, fieldnames=VERDICT_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
+
+
+if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD | --retest SUMMARY_MD | --retest-csv SUMMARY_MD OUT_CSV
     import sys
 
     if sys.argv[1] == "--retest":
         print(retest_summary(sys.argv[2]))
+    elif sys.argv[1] == "--retest-csv":
+        print(f"{retest_csv(sys.argv[2], sys.argv[3])} comparisons -> {sys.argv[3]}")
     else:
         splice_verdict(*sys.argv[1:3])
 
@@ -999,11 +1051,13 @@ def tail_section(study: dict, plan: dict, arm_of, verdicts: dict, results: Path)
         if mask.sum() >= 2:
             band = compare(best, ref, mask)
         else:  # nothing to compare on: say so (a toy test split can hold no prompt in the band)
-            why = f"{int(mask.sum())} test prompt(s) in the band"
-            band = {"delta": math.nan, "seed_deltas": [], "testable": False, "why": why, "seeds": 0,
-                    "prompt": {"p_two_sided": math.nan}, "verdict": "not testable", "p_two_sided": math.nan}
+            band = _untestable_compare(f"{int(mask.sum())} test prompt(s) in the band")
+        pool_best, pool_ref = _train_pool_arm(best), _train_pool_arm(ref)
+        pool = (compare(pool_best, pool_ref) if pool_best and pool_ref and pool_ref[0]["p_end"].size >= 2 else
+                _untestable_compare("no per-prompt training-pool p in the arms' heldout.npz"))
         out["settings"][setting] = {
-            "short": v["short"], "band_prompts": int(mask.sum()), "band": band, "all": v,
+            "short": v["short"], "band_prompts": int(mask.sum()), "band": band, "all": v, "train_pool": pool,
+            "pool_prompts": int(pool_ref[0]["p_end"].size) if pool_ref else 0,
             "arms": {n: {"band_start": float(np.mean([s["p_start"][mask].mean() for s in a])) if mask.any() else math.nan,
                          "band_end": float(np.mean([s["p_end"][mask].mean() for s in a])) if mask.any() else math.nan,
                          "all_end": float(np.mean([s["p_end"].mean() for s in a])),
@@ -1015,8 +1069,31 @@ def tail_section(study: dict, plan: dict, arm_of, verdicts: dict, results: Path)
                          "seeds": len(a), "runs": [s["run_id"] for s in a]} for n, a in arms.items()}}
     d = out["decision"]
     if d and d["setting"] in out["settings"]:
-        out["outcome"] = decide(d, out["settings"][d["setting"]]["band"])
+        out["outcome"] = decide(d, out["settings"][d["setting"]][decision_on(d)])
     return out
+
+
+DECISION_ON = {"band": "on the band", "train_pool": "on the training pool"}
+"""``study.decision.prompts``: where the decision rule compares the arms (``band``: the test prompts in the band at the
+start; ``train_pool``: the training pool's own prompts, all in the band at the start: ``config/study_weak.yaml``,
+where held-out prompts cannot gain without transfer)."""
+
+
+def decision_on(rule: dict) -> str:
+    return rule.get("prompts", "band")
+
+
+def _untestable_compare(why: str) -> dict:
+    return {"delta": math.nan, "seed_deltas": [], "testable": False, "why": why, "seeds": 0,
+            "prompt": {"p_two_sided": math.nan}, "verdict": "not testable", "p_two_sided": math.nan}
+
+
+def _train_pool_arm(arm: list[dict]) -> list[dict] | None:
+    """The arm's seeds with the training pool's per-prompt p as ``p_start`` / ``p_end`` (for :func:`compare`), or
+    None when its heldout.npz has none."""
+    if not all("p_train_end" in s for s in arm):
+        return None
+    return [{**s, "p_start": s["p_train_start"], "p_end": s["p_train_end"]} for s in arm]
 
 
 def _tail_md(t: dict) -> list[str]:
@@ -1030,13 +1107,15 @@ def _tail_md(t: dict) -> list[str]:
     d = t["decision"]
     if d:
         lines += [f"Decision rule (stated in the config before the run): BroRL's mechanism is supported at tiny scale "
-                  f"if the larger N of **{d['setting']}** beats N={t['ref_n']} on the band by > {d['margin']:g} at seed-level "
-                  f"p < {d['alpha']:g}. **Outcome: {t.get('outcome', 'setting not in this summary')}.**", ""]
-    lines += [f"| setting | arms | band prompts | band: {TEST_HEAD} | band verdict | all test: Δ | all-test verdict |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+                  f"if the larger N of **{d['setting']}** beats N={t['ref_n']} {DECISION_ON[decision_on(d)]} by > "
+                  f"{d['margin']:g} at seed-level p < {d['alpha']:g}. **Outcome: {t.get('outcome', 'setting not in this summary')}.**", ""]
+    lines += [f"| setting | arms | band prompts | band: {TEST_HEAD} | band verdict | all test: Δ | all-test verdict "
+              "| training pool: Δ | seed-level p | pool verdict |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in t["settings"].items():
+        pool = r["train_pool"]
         lines.append(f"| {name} | {r['short']} | {r['band_prompts']} | {_test_cells(r['band'])} | **{r['band']['verdict']}** "
-                     f"| {r['all']['delta']:+.4f} | {r['all']['verdict']} |")
+                     f"| {r['all']['delta']:+.4f} | {r['all']['verdict']} | {pool['delta']:+.4f} | {describe(pool)} "
+                     f"| {pool['verdict']} |")
     lines += ["", "Per arm (means over seeds): band and full test mean@k at the end, the training pool's own mean p "
               "(start -> end; its share still at p <= 1/512), held-out pass@16 / pass@256, dynamic-sampling pass rate.", "",
               "| setting | N | seeds | band start | band end | all test end | train pool start -> end | train pool zero share "
@@ -1046,4 +1125,77 @@ def _tail_md(t: dict) -> list[str]:
             lines.append(f"| {name} | {n} | {a['seeds']} | {a['band_start']:.4f} | {a['band_end']:.4f} | {a['all_end']:.4f} "
                          f"| {a['train_start']:.4f} -> {a['train_end']:.4f} | {a['train_zero']:.3f} | {a['pass16']:.4f} "
                          f"| {a['pass256']:.4f} | {a['ds']:.2f} | {_runs(a['runs'])} |")
+    return lines + [""]
+
+
+# --- issue 29: the earlier settings, re-tested at the seed level (study.earlier) ---------------------------------
+
+EARLIER_NEEDS = ("comparison", "kind", "per_seed", "prompt_p")
+
+
+def _kind_words(kind: str) -> tuple[str, str, str, str]:
+    if kind.startswith("premise"):
+        return "gain", "loss", "no significant change", "not testable"
+    if kind == "effect":
+        return "positive", "negative", "not resolved", "not testable"
+    return "won", "lost", "tied", "not testable"
+
+
+def earlier_rows(path, key: str = "study.earlier") -> list[dict]:
+    """The comparisons of an earlier study from its per-seed CSV (a run's ``verdicts.csv``, or one written from an
+    older summary by :func:`retest_csv`), each re-tested with the seed as the unit: the per-seed values t-tested
+    against 0 (paired by seed; a row the run tested with Welch's test, its seeds unmatched, keeps that run's
+    seed-level p). A missing file, column or unreadable per-seed cell is an error naming ``key``, the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{key}: {path} does not exist (a study's verdicts.csv, or one written by "
+                                "`python -m brorl.study.report --retest-csv SUMMARY_MD OUT_CSV`)")
+    rows = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in EARLIER_NEEDS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{key}: {path} has no column(s) {', '.join(missing)} (the columns of a study's verdicts.csv)")
+        for line, r in enumerate(reader, start=2):
+            try:
+                values = [float(x) for x in (r["per_seed"] or "").split()]
+                prompt_p = float(r["prompt_p"]) if (r["prompt_p"] or "").strip() else math.nan
+            except ValueError as err:
+                raise ValueError(f"{key}: {path}, line {line}: {err} (per_seed: space-separated numbers; prompt_p: a "
+                                 "number)") from None
+            test = one_sample(values)
+            if (r.get("seed_test") or "").startswith("Welch") and (r.get("seed_p") or "").strip():
+                test = {**test, "test": "Welch", "p_two_sided": float(r["seed_p"]), "df": float(r["seed_df"] or "nan"),
+                        "delta": float(r["delta"])}
+            rows.append({"comparison": r["comparison"], "kind": r["kind"], "values": values, "test": test,
+                         "prompt_p": prompt_p, "verdict": seed_verdict(test, _kind_words(r["kind"]))})
+    return rows
+
+
+def earlier_section(study: dict) -> dict[str, list[dict]] | None:
+    """``study.earlier`` ({name: per-seed CSV}) read by :func:`earlier_rows`; None when not configured."""
+    earlier = study.get("earlier") or {}
+    return {name: earlier_rows(path, f"study.earlier.{name}") for name, path in earlier.items()} or None
+
+
+def _earlier_counts(rows: list[dict]) -> str:
+    larger = [r["verdict"] for r in rows if r["kind"] == "best larger N - N=16"]
+    if not larger:
+        return "no larger-N comparison"
+    return (f"larger N won {larger.count('won')}, lost {larger.count('lost')}, not resolved {larger.count('tied')}"
+            + (f", not testable {larger.count('not testable')}" if "not testable" in larger else "") + f" of {len(larger)}")
+
+
+def _earlier_md(earlier: dict[str, list[dict]]) -> list[str]:
+    lines = ["## The earlier settings, re-tested at the seed level", "",
+             "Earlier studies' comparisons (`study.earlier`: each study's per-seed CSV), with the seed as the unit: the "
+             "per-seed Δ t-tested against 0 (seed-level p; paired by seed; Welch's test where that run's seeds were "
+             "unmatched), the prompt-level p as that run printed it (secondary: a run's prompts share its noise). Fewer "
+             "than 3 seeds: not testable. " + "; ".join(f"{name}: {_earlier_counts(rows)}" for name, rows in earlier.items())
+             + ".", "", "| study | comparison | kind | Δ | per-seed Δ | seed-level p | prompt-level p (secondary) | verdict (seeds) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, rows in earlier.items():
+        for r in rows:
+            lines.append(f"| {name} | {r['comparison']} | {r['kind']} | {r['test']['delta']:+.4f} | {_seeds(r['values'])} | "
+                         f"{describe(r['test'])} | {_p(r['prompt_p'])} | **{r['verdict']}** |")
     return lines + [""]

@@ -12,6 +12,9 @@ has ~8.5% of its prompts there (issue 29), so the comparison mostly measured som
 - ``test``: the held-out split enlarged to ``test_size`` per single-answer family, so that enough test prompts fall
   in the band to compare arms on it (the report: the band and the full test set).
 
+``families`` limits the pool (all three splits) to some families: ``config/study_weak.yaml`` trains on the
+weak-transfer ``lookup`` family only, whose held-out prompts then show how much the arms transfer.
+
 ``tail_pool.json`` beside them counts candidates, kept prompts and test prompts in the band per family.
 """
 
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from brorl.atomic import write_text
+from brorl.study.plan import tail_families
 from brorl.tasks.core import TaskSettings, is_probe, read_split, split_path, write_jsonl, write_splits
 from brorl.training.stage import TAIL_HI, TAIL_LO
 
@@ -36,9 +40,11 @@ def in_band(p: np.ndarray) -> np.ndarray:
 
 
 def candidate_tasks(tasks: dict, tail_pool: dict) -> TaskSettings:
-    """The tiny task settings of the candidates: ``candidates`` train prompts per single-answer family and
-    ``test_size`` test prompts (the validation split and the prompt-space partition are the suite's)."""
-    return TaskSettings.from_dict({**tasks, "train_size": tail_pool["candidates"], "test_size": tail_pool["test_size"]})
+    """The tiny task settings of the candidates: ``candidates`` train prompts per single-answer family of the pool
+    (:func:`tail_families`) and ``test_size`` test prompts (the validation split and the prompt-space partition are
+    the suite's)."""
+    return TaskSettings.from_dict({**tasks, "tasks": tail_families(tasks, tail_pool), "train_size": tail_pool["candidates"],
+                                   "test_size": tail_pool["test_size"]})
 
 
 def select(records: list[dict], p: np.ndarray, exclude: set[tuple[str, str]]) -> tuple[list[dict], dict]:

@@ -81,6 +81,13 @@ class TaskSettings:
     """multiple: the divisor d is drawn uniformly from these."""
     probe_min_answers: int = 5
     """multiple: every probe prompt has at least this many correct answers."""
+    # issue 29: the weak-transfer family (brorl.tasks.lookup)
+    lookup_digits: int = 6
+    """lookup: the prompt ``x<q>=`` carries a ``lookup_digits``-digit q (10^6 prompts: the SFT stream sees few twice)."""
+    lookup_answers: int = 100
+    """lookup: answers are the integers 0..lookup_answers-1 (uniform prior 1/100, inside (1/512, 1/16) [our choice])."""
+    lookup_key: int = 29
+    """lookup: the hash key that sets each prompt's answer."""
 
     def __post_init__(self):
         unknown = [t for t in self.tasks if t not in FAMILIES]
@@ -88,6 +95,10 @@ class TaskSettings:
             raise ValueError(f"unknown task families {unknown}; known: {sorted(FAMILIES)}")
         if not 0 < self.validation_fraction + self.test_fraction < 1:
             raise ValueError("validation_fraction + test_fraction must lie in (0, 1)")
+        from brorl.tasks.lookup import settings_errors
+
+        if errors := settings_errors(self):
+            raise ValueError("; ".join(errors))
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "TaskSettings":

@@ -19,6 +19,8 @@ Families:
               (inclusive), 1 <= lo <= hi <= ``probe_max``, at least ``probe_min_answers`` correct
               answers. The answer space (candidates) is every integer 1..``probe_max``, small enough to
               score each candidate exactly.
+``lookup``    ``x<q>=``: the answer is a keyed hash of the prompt, one of ``lookup_answers`` integers, so other prompts'
+              answers say nothing about it (weak transfer; :mod:`brorl.tasks.lookup`). Trained only.
 """
 
 from __future__ import annotations
@@ -117,6 +119,12 @@ FAMILIES: dict[str, Family] = {
     "mul": Family("mul", sample_mul, lambda s: (0, 9 * (10**s.mul_max_digits - 1)), evaluated=False),
     "multiple": Family("multiple", sample_multiple, lambda s: (1, s.probe_max), probe=True),
 }
+
+# --- issue 29: the weak-transfer family (its code: brorl.tasks.lookup) -----------------------------------------
+from brorl.tasks.lookup import lookup_universe, sample_lookup  # noqa: E402  (lookup imports Problem from here)
+
+FAMILIES["lookup"] = Family("lookup", sample_lookup, lookup_universe, evaluated=False)
+# --- end of issue 29's block -------------------------------------------------------------------------------------
 
 
 BENCHMARK_PREFIX = "tiny_"
