@@ -26,9 +26,6 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def load1() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
@@ -92,7 +89,7 @@ def diff(a: dict, b: dict) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--config", default=str(ROOT / "config/config.yaml"))
+    p.add_argument("--config", default="config/config.yaml")
     p.add_argument("--init", required=True, help="the ProRL stage's model folder")
     p.add_argument("--data", required=True, help="the tiny tasks' folder")
     p.add_argument("--work", required=True)
