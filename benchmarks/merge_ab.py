@@ -26,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+
 def load1() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
