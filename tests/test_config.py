@@ -17,6 +17,7 @@ PROFILES = ["config/config.yaml", "config/config.yaml config/strong.yaml", "conf
             "config/paper.yaml config/paper_study.yaml", "tests/configs/ci.yaml",
             "config/config.yaml config/study.yaml", "config/config.yaml config/study.yaml config/study_batch.yaml"]
 # The tiny overlays and the last commit where each was a full copy of config/config.yaml (plus its changes).
+BASE_ARM_SETTINGS_SINCE = {"merge_duplicates": True}  # config/config.yaml rl.arms.settings after the full copies
 FULL_COPIES = {"config/strong.yaml": "46a57f1",  # branch i21-speed: job-following threads
                "config/study.yaml": "c569fcb"}   # main before issue 18's overlays
 
@@ -495,8 +496,12 @@ def _full_copy(overlay):
     assert "\nprofile: tiny\n" in old.stdout  # its `profile: tiny`, written as today's declared block (brorl.profile)
     # with the overlay's output roots (brorl.layout), which the old full copy could not declare
     roots = yaml.safe_load((PROJECT_ROOT / overlay).read_text())["profile"]
-    return old.stdout.replace("\nprofile: tiny\n", "\nprofile: {name: tiny, start: trained, data: tasks, "
-                              f"overlay: {roots['overlay']}, reuses: [{', '.join(roots['reuses'])}]}}\n")
+    full = yaml.safe_load(old.stdout.replace(
+        "\nprofile: tiny\n", "\nprofile: {name: tiny, start: trained, data: tasks, "
+        f"overlay: {roots['overlay']}, reuses: [{', '.join(roots['reuses'])}]}}\n"))
+    # a later change of the base's arm settings reaches the overlay's arms by design (issue 31: merge_duplicates)
+    full["rl"]["arms"]["settings"].update(BASE_ARM_SETTINGS_SINCE)
+    return yaml.safe_dump(full, sort_keys=False)
 
 
 @pytest.mark.parametrize("overlay", FULL_COPIES)

@@ -8,30 +8,14 @@ import pytest
 import torch
 
 from brorl.models import sampling
-from brorl.models.settings import ModelSettings
-from brorl.models.sft import build_model
+from toy_llama import EOS, PAD, scaled_model
 
-EOS, PAD, VOCAB = 1, 0, 6
 PROMPTS = [[2, 3, 4, 5], [5, 4, 3, 5], [3, 2, 5]]
-
-
-class _Tok:
-    eos_token_id, pad_token_id = EOS, PAD
-
-    def __len__(self):
-        return VOCAB
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.set_num_threads(1)
-    m = build_model(ModelSettings(hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
-                                  tie_word_embeddings=False), _Tok(), seed=0)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.ndim == 2:
-                p.mul_(8.0)
-    return m.eval()
+    return scaled_model(num_layers=2, scale=8.0)
 
 
 def concatenating(cache, new_tokens, repeats=1):

@@ -2,9 +2,8 @@
 probabilities by teacher forcing (chi-square), the output contract equals ``sample_token_ids``'s, and the
 row order carries no information.
 
-The model is a hand-made 6-token Llama (``build_model`` with a stub tokenizer) whose weights are scaled up
-so that next-token distributions are peaked and depend on the whole context (a wrong KV-cache row would
-show) and the end token is common (eos = 1, pad = 0)."""
+The model is ``toy_llama.scaled_model``: a hand-made 6-token Llama with peaked, context-dependent next-token
+distributions and a common end token."""
 
 from __future__ import annotations
 
@@ -16,30 +15,15 @@ import torch
 from scipy.stats import chi2
 
 from brorl.models.sampling import SAMPLERS, sample_token_ids, sample_token_ids_tree
-from brorl.models.settings import ModelSettings
-from brorl.models.sft import build_model
+from toy_llama import EOS, PAD, scaled_model
 
-EOS, PAD, VOCAB, T = 1, 0, 6, 4
+T = 4
 PROMPTS = [[2, 3, 4, 5], [5, 4, 3, 5], [3, 2, 5]]  # two of length 4, one of length 3
-
-
-class _Tok:
-    eos_token_id, pad_token_id = EOS, PAD
-
-    def __len__(self):
-        return VOCAB
 
 
 @pytest.fixture(scope="module")
 def model():
-    torch.set_num_threads(1)
-    m = build_model(ModelSettings(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
-                                  tie_word_embeddings=False), _Tok(), seed=0)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.ndim == 2:
-                p.mul_(20.0)
-    return m.eval()
+    return scaled_model(num_layers=1, scale=20.0)
 
 
 @torch.no_grad()

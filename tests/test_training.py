@@ -404,10 +404,12 @@ def test_throughput_study_vllm_engines_need_vllm(tiny):
             measure_throughput(tiny / "sft", ns=(4, 8), total=16, engines=("prefix_tree", engine), progress=False)
 
 
-def test_merged_duplicate_rows_give_the_same_update(tiny, tmp_path):
+def test_merged_duplicate_rows_give_the_same_update_and_logs(tiny, tmp_path):
     """merge_duplicates trains on one weighted row per distinct completion of each kept group and skips filler:
-    the gradient of the RL step equals the one of the N-row batch (same rollouts, same seed), and it uses fewer
-    rows than the plain batch."""
+    one RL step from the same checkpoint and seed gives the N-row batch's gradient, weights after the step and
+    logged numbers (reward, loss, kl, entropy, clip ratios: token means over the step, a merged row counting
+    as often as it was drawn), with fewer rows. The reference model is perturbed (the same way in both runs) so
+    that the step's kl is not 0."""
     from datasets import Dataset
     from transformers import AutoTokenizer, TrainerCallback
 
@@ -421,11 +423,16 @@ def test_merged_duplicate_rows_give_the_same_update(tiny, tmp_path):
                                  "record_index": list(range(len(records)))})
 
     def one_step(merge: bool):
-        s = RLSettings.from_dict({**RL, "n_rollouts": 16, "prompts_per_step": 4, "steps": 1, "max_rounds": 1,
-                                  "micro_batch_size": 16, "merge_duplicates": merge, "probe_every": 0})
+        s = RLSettings.from_dict({**RL, "n_rollouts": 16, "prompts_per_step": 4, "steps": 1, "max_rounds": 10,
+                                  "micro_batch_size": 16, "merge_duplicates": merge, "probe_every": 0,
+                                  "beta": 0.1, "temperature": 0.5})  # T < 1: more duplicate draws
         trainer = BroRLTrainer(model=str(tiny / "sft"), reward_funcs=make_reward(records, tok),
                                args=grpo_config(s, tmp_path / f"m{merge}", 6), train_dataset=dataset,
                                processing_class=tok, settings=s)
+        gen = torch.Generator().manual_seed(3)
+        with torch.no_grad():  # pi_ref != pi_theta, identically in both runs
+            for p in trainer.ref_model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
         grads = {}
 
         class Grab(TrainerCallback):
@@ -434,16 +441,27 @@ def test_merged_duplicate_rows_give_the_same_update(tiny, tmp_path):
 
         trainer.add_callback(Grab())
         trainer.train()
-        return grads, trainer.last_rollout
+        weights = {k: p.detach().clone() for k, p in trainer.model.named_parameters()}
+        logged = next(row for row in trainer.state.log_history if "loss" in row)
+        return grads, weights, logged, trainer.last_rollout
 
-    plain, roll_plain = one_step(False)
-    merged, roll_merged = one_step(True)
+    plain, w_plain, log_plain, roll_plain = one_step(False)
+    merged, w_merged, log_merged, roll_merged = one_step(True)
     assert roll_plain["kept_prompts"] == roll_merged["kept_prompts"] > 0  # the same rollouts
-    assert roll_merged["train_rows"] < roll_plain["train_rows"]
+    assert roll_merged["train_rows"] < roll_plain["train_rows"] <= 64
+    # the plain step spreads its rows over more micro-batches than the merged one: a mean of per-micro-batch
+    # means would differ; the logged token means must not
+    assert -(-roll_plain["train_rows"] // 16) > -(-roll_merged["train_rows"] // 16)
     assert plain.keys() == merged.keys() and plain
     scale = max(g.abs().max().item() for g in plain.values())
     for k in plain:
         assert torch.allclose(plain[k], merged[k], atol=1e-5 * scale, rtol=1e-4), k
+    for k in w_plain:  # the update: AdamW's first step from the same weights
+        assert torch.allclose(w_plain[k], w_merged[k], atol=1e-6, rtol=0), k
+    assert log_plain["kl"] > 1e-3 and log_plain["entropy"] > 0
+    for key in ("reward_mean", "kept_reward_mean", "kept_response_length", "loss", "grad_norm", "kl", "entropy",
+                "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+        assert log_merged[key] == pytest.approx(log_plain[key], rel=1e-6, abs=1e-7), key
 
 
 def test_merge_duplicate_rows_counts_every_draw():

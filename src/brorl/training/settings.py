@@ -69,7 +69,8 @@ class RLSettings:
     merge_duplicates: bool = False
     """Train on one row per distinct (prompt, completion) of the kept groups, weighted by its count, instead of
     the N rows: identical rows have identical advantages, ratios and KL, so the update is the same (the token
-    normaliser counts every original row); filtered-out rows are not fed through the model at all. Needs
+    normaliser counts every original row, and the logged token means weigh a row by its count, so the logs are
+    the N rows' up to float order); filtered-out rows are not fed through the model at all. Needs
     ``mini_batches: 1`` (the rows are not shuffled into PPO mini-batches). Its cost then grows with the number
     of distinct completions, not with N (the N-scaling study's large batches)."""
     micro_batch_size: int = 64

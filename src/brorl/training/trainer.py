@@ -488,6 +488,7 @@ class BroRLTrainer(GRPOTrainer):
         s = self.settings
         if s.merge_duplicates and self.accelerator.num_processes == 1 and not inputs["completion_mask"].any():
             # a micro-batch of filler rows only (merged rows come first): nothing to learn, skip the forward pass
+            self._add_token_sums(inputs["completion_mask"].float())  # no tokens: a step of filler only logs 0s
             return torch.zeros((), device=inputs["completion_mask"].device, requires_grad=True)
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
@@ -509,17 +510,42 @@ class BroRLTrainer(GRPOTrainer):
         normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
         normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
         loss = (per_token * mask).sum() / normalizer
-
-        def masked_mean(x):
-            return ((x.float() * mask).sum() / mask.sum().clamp(min=1.0)).item()
-
-        metrics = self._metrics["train"]
-        metrics["entropy"].append(masked_mean(entropy))
-        metrics["kl"].append(masked_mean(kl) if self.beta != 0.0 else 0.0)
-        metrics["clip_ratio/low_mean"].append(masked_mean(low))
-        metrics["clip_ratio/high_mean"].append(masked_mean(high))
-        metrics["clip_ratio/region_mean"].append(masked_mean(low | high))
+        self._add_token_sums(mask, entropy=entropy, kl=kl if self.beta != 0.0 else None, low=low, high=high)
         return loss
+
+    # ----- token-level metrics: means over the step's trained tokens, a merged row counting `weight` times
+    _TOKEN_METRICS = {"entropy": "entropy", "kl": "kl", "low": "clip_ratio/low_mean", "high": "clip_ratio/high_mean",
+                      "region": "clip_ratio/region_mean"}
+
+    def _add_token_sums(self, mask: torch.Tensor, **values) -> None:
+        """Add this micro-batch's weighted token sums and token count to the step's. The logged value is
+        sum / count over the whole step (see :meth:`log`), not a mean of per-micro-batch means: the latter
+        depends on how rows fall into micro-batches, so merged rows (fewer, weighted micro-batches) would log
+        other numbers than the N rows they stand for."""
+        if "low" in values and values["low"] is not None:
+            values["region"] = values["low"] | values["high"]
+        sums = getattr(self, "_token_sums", None)
+        if sums is None:
+            sums = self._token_sums = {key: [0.0, 0.0] for key in self._TOKEN_METRICS}
+        count = mask.sum().item()
+        for key in self._TOKEN_METRICS:
+            x = values.get(key)
+            if x is not None:
+                sums[key][0] += (x.float() * mask).sum().item()
+            sums[key][1] += count
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        sums = getattr(self, "_token_sums", None)
+        if sums and self.model.training:
+            totals = torch.tensor([v for key in self._TOKEN_METRICS for v in sums[key]], dtype=torch.float64,
+                                  device=self.accelerator.device)
+            if self.accelerator.num_processes > 1:  # every process logs at the same steps (TRL gathers the loss)
+                totals = self._sum_across(totals)
+            values = totals.view(-1, 2).tolist()
+            for (key, name), (total, count) in zip(self._TOKEN_METRICS.items(), values):
+                self._metrics["train"][name] = [total / max(count, 1.0)]
+            self._token_sums = None
+        super().log(logs, start_time)
 
     # ----- optimizer hand-over between stages, crash-safe checkpoints
     def create_scheduler(self, num_training_steps, optimizer=None):
