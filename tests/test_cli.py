@@ -59,6 +59,13 @@ def test_a_command_exits_0_whatever_its_step_returns(monkeypatch):
     assert [s.n_rollouts for s in arm.settings(2)] == [8] and arm.settings(2)[0].seed == 2
 
 
+def test_train_arm_names_an_arm_its_config_lacks():
+    rl = {"arms": {"sample_budget": 64, "batches": [{"n_rollouts": 8, "prompts_per_step": 2}]}}
+    with pytest.raises(SystemExit, match=r"--arm n16: no such arm in --config \(its arms: n8\)"):
+        cli.main(["train-arm", "--rule", "train_arm", "--profile", "tiny", "--config", json.dumps(rl), "--arm", "n16",
+                  "--init", "i", "--data", "d", "--work", "w", "--model-out", "m", "--results", "r"])
+
+
 def test_under_launch_the_other_ranks_train_without_an_mlflow_run(tmp_path, monkeypatch):
     """`brorl launch -- brorl train-arm ...`: a process with RANK > 0 runs the stages quietly and opens no run."""
     from brorl.training import stage

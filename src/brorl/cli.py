@@ -104,8 +104,11 @@ def _train_arm(a, f):
     """train-arm: the Arm built once from the rule's config slice (the ProRL stage or an arm of rl.arms), then run."""
     from brorl.training.arms import arm_plan
 
-    f(arm_plan(_config(a), prorl=True)[a.arm], a.init, a.data, a.work, a.model_out, a.results, seed=a.seed,
-      source=_profile(a).data, open_run=lambda params: _run(a, params=params))
+    arms = arm_plan(_config(a), prorl=True)
+    if a.arm not in arms:
+        raise SystemExit(f"--arm {a.arm}: no such arm in --config (its arms: {', '.join(arms) or 'none'})")
+    f(arms[a.arm], a.init, a.data, a.work, a.model_out, a.results, seed=a.seed, source=_profile(a).data,
+      open_run=lambda params: _run(a, params=params))
 
 
 def _evaluate(a, f):

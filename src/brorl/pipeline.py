@@ -1,4 +1,5 @@
-"""The pipeline's checks of a config, gathered in one place: the entry point the CLI and ``common.smk`` call.
+"""The pipeline's checks of a config, gathered in one place (the entry point the CLI and ``common.smk`` call), and
+the pipeline plan the rule files read (:class:`Plan`: every target list once, the declared stage switches).
 
 :mod:`brorl.config` reads, merges and schema-checks config files and imports nothing of the package; each check
 that needs a package's knowledge lives in that package, beside the code it guards, and :func:`config_errors`
