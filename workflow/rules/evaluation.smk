@@ -23,7 +23,7 @@ if PAPER_BENCH:
         input:
             PLAN.gated_token_check,
             PLAN.pinned_input(lambda wc: PLAN.bench_files[wc.benchmark], PLAN.benchmark_revision,
-                         lambda wc: f"evaluation.revisions.{wc.benchmark}"),
+                              lambda wc: f"evaluation.revisions.{wc.benchmark}"),
             lambda wc: PLAN.rg_picked if benchmark_spec(wc.benchmark).generated else [],
         output:
             "{bench_root}/{benchmark}/test.jsonl",

