@@ -62,6 +62,9 @@ class Arm:
     """N of each stage."""
     stages: tuple[dict, ...] = ()
     """Each stage's settings (RLSettings keys), seed left out; empty for an arm read back from its results."""
+    per_seed: bool = True
+    """Whether it runs once per seed of ``rl.arms.seeds`` (its stages take the seed); False: the ProRL stage, whose
+    settings carry their own seed."""
     kind: ClassVar[str] = ""
     key: ClassVar[str] = ""
     """Its key under ``rl.arms`` (``batches``, ``schedule``, ...)."""
@@ -82,7 +85,7 @@ class Arm:
 
     def stages_for(self, seed: int | None = None) -> list[dict]:
         """The stage settings of one seed (``None``: the seed key is left out)."""
-        extra = {} if seed is None else {"seed": seed}
+        extra = {} if seed is None or not self.per_seed else {"seed": seed}
         return [{**stage, **extra} for stage in self.stages]
 
     def settings(self, seed: int = 0) -> list[RLSettings]:
@@ -197,15 +200,15 @@ def arm_plan(rl: dict, prorl: bool = False) -> dict[str, Arm]:
     arms = rl.get("arms", {})
     base = {**rl.get("recipe", {}), **arms.get("settings", {})}
     budget = arms.get("sample_budget", 0)
-    start = [stages_arm("prorl", [prorl_settings(rl)])] if prorl and "prorl" in rl else []
+    start = [stages_arm("prorl", [prorl_settings(rl)], per_seed=False)] if prorl and "prorl" in rl else []
     return {arm.name: arm for arm in start + [arm for kind in ARM_KINDS for arm in kind.from_rl(rl, base, budget)]}
 
 
-def stages_arm(name: str, stages: list[dict]) -> Arm:
+def stages_arm(name: str, stages: list[dict], per_seed: bool = True) -> Arm:
     """An arm of given stage settings (the ProRL stage; a study arm's ``--config``), read as its N per stage says:
     one stage a batch arm, several the chained kind (:func:`arm_from_stages`)."""
     arm = arm_from_stages(name, [RLSettings.from_dict(stage).n_rollouts for stage in stages])
-    return type(arm)(arm.name, arm.n_rollouts, tuple(stages))
+    return type(arm)(arm.name, arm.n_rollouts, tuple(stages), per_seed)
 
 
 def plan(rl: dict, seed: int | None = None) -> dict[str, list[dict]]:
