@@ -1,7 +1,8 @@
 # brorl-repro: the BroRL reproduction pipeline.
 #   snakemake --cores all                          tiny profile (config/config.yaml)
 #   snakemake --cores all --configfile config/paper.yaml   paper profile
-# Rules live in workflow/rules/*.smk and each calls one `brorl` CLI command.
+# Rules live in workflow/rules/*.smk and each calls one `brorl` CLI command; they read one plan of the run
+# (common.smk's PLAN: brorl.pipeline.Plan) and their own names.
 
 from snakemake.utils import min_version
 
@@ -32,17 +33,7 @@ include: "workflow/rules/tracking.smk"
 
 rule all:
     input:
-        THEORY_OUTPUTS,
-        FETCH_MANIFESTS,
-        DATA_OUTPUTS,
-        MODEL_OUTPUTS,
-        TRAIN_OUTPUTS,
-        ARM_CHECKPOINTS,
-        EVAL_OUTPUTS,
-        TABLE_OUTPUTS,
-        THROUGHPUT_OUTPUTS,
-        STUDY_OUTPUTS,
-        DVC_FILES,
+        PLAN.targets,  # every stage's final outputs (brorl.pipeline.Plan, built in common.smk)
     default_target: True
 
 

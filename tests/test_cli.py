@@ -1,7 +1,9 @@
 """The `brorl` command line: a table of sub-commands, each calling one function of its stage's module."""
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -36,34 +38,54 @@ def test_help_starts_without_the_heavy_libraries():
 
 
 def test_a_command_exits_0_whatever_its_step_returns(monkeypatch):
-    """train-arm's step returns the arm summary (a dict): the command still exits 0 (sys.exit(dict) would be 1)."""
+    """train-arm's step returns the arm summary (a dict): the command still exits 0 (sys.exit(dict) would be 1). The
+    command builds the Arm once from its config slice and hands it on (N as a number, never read from the name)."""
     from brorl.training import arms
 
     seen = {}
 
-    def fake(rl, *folders, **kwargs):
-        seen.update(rl=rl, folders=folders, arm=kwargs["arm"], seed=kwargs["seed"], source=kwargs["source"])
-        return {"arm": kwargs["arm"]}
+    def fake(arm, *folders, **kwargs):
+        seen.update(arm=arm, folders=folders, seed=kwargs["seed"], source=kwargs["source"])
+        return {"arm": arm.name}
 
-    monkeypatch.setattr(arms, "run_train_arm", fake)
-    assert cli.main(["train-arm", "--rule", "train_arm", "--profile", "tiny", "--config", '{"a": 1}', "--arm", "n16",
-                     "--seed", "2", "--init", "i", "--data", "d", "--work", "w", "--model-out", "m",
+    monkeypatch.setattr(arms, "run_arm", fake)
+    rl = {"recipe": {"eta0": 0.1}, "arms": {"sample_budget": 64, "batches": [{"n_rollouts": 8, "prompts_per_step": 2}]}}
+    assert cli.main(["train-arm", "--rule", "train_arm", "--profile", "tiny", "--config", json.dumps(rl),
+                     "--arm", "n8", "--seed", "2", "--init", "i", "--data", "d", "--work", "w", "--model-out", "m",
                      "--results", "r"]) == 0
-    assert seen == {"rl": {"a": 1}, "folders": ("i", "d", "w", "m", "r"), "arm": "n16", "seed": 2, "source": "tasks"}
+    arm = seen.pop("arm")
+    assert seen == {"folders": ("i", "d", "w", "m", "r"), "seed": 2, "source": "tasks"}
+    assert isinstance(arm, arms.BatchArm) and arm.name == "n8" and arm.n == 8
+    assert [s.n_rollouts for s in arm.settings(2)] == [8] and arm.settings(2)[0].seed == 2
+
+
+def test_train_arm_names_an_arm_its_config_lacks():
+    rl = {"arms": {"sample_budget": 64, "batches": [{"n_rollouts": 8, "prompts_per_step": 2}]}}
+    with pytest.raises(SystemExit, match=r"--arm n16: no such arm in --config \(its arms: n8\)"):
+        cli.main(["train-arm", "--rule", "train_arm", "--profile", "tiny", "--config", json.dumps(rl), "--arm", "n16",
+                  "--init", "i", "--data", "d", "--work", "w", "--model-out", "m", "--results", "r"])
 
 
 def test_under_launch_the_other_ranks_train_without_an_mlflow_run(tmp_path, monkeypatch):
     """`brorl launch -- brorl train-arm ...`: a process with RANK > 0 runs the stages quietly and opens no run."""
-    from brorl.training import arms
+    from brorl.training import stage
 
     calls = []
-    monkeypatch.setattr(arms, "run_arm", lambda *args, **kwargs: calls.append((args, kwargs)) or {"arm": "prorl"})
+
+    class Stop(Exception):
+        pass
+
+    def first_stage(init, data, out, settings, **kwargs):
+        calls.append((init, data, settings.n_rollouts, settings.eta0, kwargs))
+        raise Stop  # the stage itself is not the point: what reaches it, and that no run is open
+
+    monkeypatch.setattr(stage, "train_stage", first_stage)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["train-arm", "--rule", "prorl_stage", "--profile", "tiny", "--config",
-                     '{"recipe": {"eta0": 0.1}, "prorl": {"n_rollouts": 4}}', "--tracking",
-                     f'{{"uri": "sqlite:///{tmp_path}/mlflow.db"}}', "--arm", "prorl", "--init", "i", "--data", "d",
-                     "--work", "w", "--model-out", "m", "--results", "r"]) == 0
-    assert calls == [(("i", "d", "w", [{"eta0": 0.1, "n_rollouts": 4}], "m", "r"),
-                      {"arm": "prorl", "seed": 0, "progress": False, "source": "tasks"})]
-    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "r").exists()
+    with pytest.raises(Stop):
+        cli.main(["train-arm", "--rule", "prorl_stage", "--profile", "tiny", "--config",
+                  '{"recipe": {"eta0": 0.1}, "prorl": {"n_rollouts": 4}}', "--tracking",
+                  f'{{"uri": "sqlite:///{tmp_path}/mlflow.db"}}', "--arm", "prorl", "--init", "i", "--data", "d",
+                  "--work", "w", "--model-out", "m", "--results", "r"])
+    assert calls == [(Path("i"), "d", 4, 0.1, {"progress": False, "source": "tasks"})]
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "r" / "mlflow_run_id").exists()

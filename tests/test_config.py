@@ -496,9 +496,16 @@ def _full_copy(overlay):
     assert "\nprofile: tiny\n" in old.stdout  # its `profile: tiny`, written as today's declared block (brorl.profile)
     # with the overlay's output roots (brorl.layout), which the old full copy could not declare
     roots = yaml.safe_load((PROJECT_ROOT / overlay).read_text())["profile"]
+    # and its stage switches, declared (issue 33): on where it had the section (then the switch)
+    from brorl.pipeline import STAGE_SECTIONS, STAGES
+
+    sections = yaml.safe_load(old.stdout)
+    switches = ", ".join(f"{stage}: true" for stage, section in STAGE_SECTIONS.items()
+                         if section in sections and not STAGES[stage])
     full = yaml.safe_load(old.stdout.replace(
         "\nprofile: tiny\n", "\nprofile: {name: tiny, start: trained, data: tasks, "
-        f"overlay: {roots['overlay']}, reuses: [{', '.join(roots['reuses'])}]}}\n"))
+        f"overlay: {roots['overlay']}, reuses: [{', '.join(roots['reuses'])}]}}\n"
+        f"stages: {{{switches}}}\n"))
     # a later change of the base's arm settings reaches the overlay's arms by design (issue 31: merge_duplicates)
     full["rl"]["arms"]["settings"].update(BASE_ARM_SETTINGS_SINCE)
     return yaml.safe_dump(full, sort_keys=False)

@@ -15,7 +15,7 @@ import math
 import pytest
 import yaml
 
-from brorl.config import PROJECT_ROOT
+from brorl.config import PROJECT_ROOT, merge_configs
 from test_pipeline import sh
 from test_train_data import COMMIT, SETTINGS, hub
 
@@ -29,7 +29,7 @@ GPU_ONLY = ("generation_engine", "vllm_importance_sampling", "vllm_is_mode", "vl
 def paper_ci_config(source) -> dict:
     cfg = yaml.safe_load((PROJECT_ROOT / "config/paper.yaml").read_text())
     study = yaml.safe_load((PROJECT_ROOT / "config/paper_study.yaml").read_text())
-    cfg.update({**study, "profile": {**cfg["profile"], **study["profile"]}})  # the overlay's roots: paper-study
+    cfg = merge_configs([cfg, study])  # as snakemake merges the overlay: its roots (paper-study), its stage switch
     cfg["checkpoints"]["source"] = str(source)
     # the stand-ins are not at the pinned commits: the start checkpoint's is pinned to the stand-in's, the data is
     # fetched unpinned (allowed, as a run would say in MLflow)

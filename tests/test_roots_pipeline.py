@@ -46,6 +46,7 @@ def test_a_second_profile_leaves_the_first_intact_and_each_pulls_on_its_own(tmp_
     copy_project(work)
     cfg = yaml.safe_load((work / "tests/configs/ci.yaml").read_text())
     del cfg["study"]
+    cfg["stages"]["study"] = False  # (a switch that is on needs its section)
     (work / BASE).write_text(yaml.safe_dump(cfg))
     (work / OVERLAY).write_text(yaml.safe_dump(MORE))
     sh(["git", "init", "-q"], work)

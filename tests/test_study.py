@@ -35,8 +35,9 @@ def test_study_profile_runs_the_issue_geometry():
     default = load_config(PROJECT_ROOT / "config/config.yaml")
     # (the overlay's own output root, brorl.layout: the study under results/tiny-study/, the rest reused from tiny)
     assert cfg["profile"] == {**default["profile"], "overlay": "study", "reuses": ["theory", "start", "arms"]}
-    assert {k: v for k, v in cfg.items() if k not in ("study", "profile")} == {
-        k: v for k, v in default.items() if k != "profile"}
+    assert {k: v for k, v in cfg.items() if k not in ("study", "profile", "stages")} == {
+        k: v for k, v in default.items() if k not in ("profile", "stages")}
+    assert cfg["stages"] == {**default["stages"], "study": True}  # the overlay switches its stage on, no other
     plan = study_plan(rl, study)
     assert plan["fewer_prompts"] == {16: BASE, 512: "fewer_prompts"}  # only N=512 changes: N=16 is reused
     assert all(plan[s] == {16: s, 512: s} for s in ("paper_prompts", "fresh", "no_kl", "late_start", "lr_sqrt",

@@ -313,8 +313,8 @@ def test_an_arm_trains_on_paper_data_with_the_paper_reward(prepared, tmp_path):
     stages = [{"n_rollouts": 4, "prompts_per_step": 2, "steps": 2, "probe_every": 0, "checkpoint_every": 1,
                "max_completion_length": 8, "micro_batch_size": 8, "eta0": 1e-3, "b0": 8, "max_rounds": 2,
                "threads": 1}]
-    summary = arms.run_arm(tmp_path / "sft", prepared["data"], tmp_path / "work", stages, tmp_path / "model",
-                           tmp_path / "results", arm="n4", progress=False, source="paper")
+    summary = arms.run_arm(arms.stages_arm("n4", stages), tmp_path / "sft", prepared["data"], tmp_path / "work",
+                           tmp_path / "model", tmp_path / "results", progress=False, source="paper")
     assert summary["steps"] == 2 and summary["generated_samples"] >= 16
     assert (tmp_path / "model" / "config.json").exists() and (tmp_path / "results" / "metrics.csv").exists()
 

@@ -34,6 +34,25 @@ def test_plan_equal_budget_and_schedule():
     assert RLSettings.from_dict(arms["n512"][0]).prompts_per_step == 1
 
 
+def test_train_arm_builds_its_arm_once_and_the_arm_yields_settings():
+    """`brorl train-arm`'s Arm (arm_plan(rl, prorl=True)[name]): an arm of rl.arms takes the job's seed, the ProRL
+    stage keeps its own (it runs once, not per seed); a study arm's stages (stages_arm) take the seed."""
+    from brorl.training.arms import ScheduleArm, arm_plan, stages_arm
+
+    rl = {"recipe": {"eta0": 0.1}, "prorl": {"n_rollouts": 4, "prompts_per_step": 2, "seed": 7},
+          "arms": {"sample_budget": 64, "batches": [{"n_rollouts": 8, "prompts_per_step": 2},
+                                                    {"n_rollouts": 16, "prompts_per_step": 1}], "schedule": [8, 16]}}
+    assert list(arm_plan(rl)) == ["n8", "n16", "schedule"]  # what the rules and the tables read: no ProRL stage
+    arms = arm_plan(rl, prorl=True)
+    assert list(arms) == ["prorl", "n8", "n16", "schedule"]
+    assert [(s.n_rollouts, s.seed, s.eta0) for s in arms["prorl"].settings(3)] == [(4, 7, 0.1)]
+    assert arms["prorl"].stages_for(3) == [{"eta0": 0.1, "n_rollouts": 4, "prompts_per_step": 2, "seed": 7}]
+    assert [(s.n_rollouts, s.seed) for s in arms["schedule"].settings(3)] == [(8, 3), (16, 3)]
+    study = stages_arm("x-n16", [{"n_rollouts": 16}, {"n_rollouts": 32}])
+    assert isinstance(study, ScheduleArm) and study.n_rollouts == (16, 32)
+    assert [(s.n_rollouts, s.seed) for s in study.settings(2)] == [(16, 2), (32, 2)]
+
+
 def test_stage_config_gives_each_arm_its_plan_and_nothing_else():
     """A rule's params hold stage_config(rl, arm): the same stages, and independent of other arms and seeds."""
     rl = CONFIG["rl"]

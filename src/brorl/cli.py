@@ -95,8 +95,19 @@ def _arm_flags(arm: str, data: str | None, results: str) -> list[tuple[str, dict
 
 
 def _arm(a, f):
-    """train-arm, study-arm: their run is opened by the main process only (brorl.training.arms.run_rule_arm)."""
+    """study-arm: its run is opened by the main process only (brorl.training.arms.run_arm)."""
     f(_config(a), a.init, a.data, a.work, a.model_out, a.results, arm=a.arm, seed=a.seed, source=_profile(a).data,
+      open_run=lambda params: _run(a, params=params))
+
+
+def _train_arm(a, f):
+    """train-arm: the Arm built once from the rule's config slice (the ProRL stage or an arm of rl.arms), then run."""
+    from brorl.training.arms import arm_plan
+
+    arms = arm_plan(_config(a), prorl=True)
+    if a.arm not in arms:
+        raise SystemExit(f"--arm {a.arm}: no such arm in --config (its arms: {', '.join(arms) or 'none'})")
+    f(arms[a.arm], a.init, a.data, a.work, a.model_out, a.results, seed=a.seed, source=_profile(a).data,
       open_run=lambda params: _run(a, params=params))
 
 
@@ -159,7 +170,7 @@ COMMANDS = {  # in `brorl --help` order
         *req("--model"), *req("--csv", help="one row per problem"),
         *req("--tasks-csv", help="one row per task, with the pick")),
     "train-arm": cmd(
-        "an RL arm (or the ProRL stage) from a checkpoint; resumable", "brorl.training.arms:run_train_arm", _arm,
+        "an RL arm (or the ProRL stage) from a checkpoint; resumable", "brorl.training.arms:run_arm", _train_arm,
         *_arm_flags("prorl, n<N> or schedule", None, "folder for metrics.csv, probe.npz, summary.json"), run="own"),
     "study-arm": cmd(
         "an N-scaling study arm: stages from --config, then held-out metrics", "brorl.study.heldout:run_study_arm",

@@ -133,6 +133,7 @@ def group_projection(group: str, config: dict) -> dict:
     """What a group's jobs read from the config: two configs with equal projections plan the group's jobs alike."""
     rl = config.get("rl") or {}
     profile = config.get("profile") or {}
+    switches = config.get("stages") or {}  # the stage switches a group's jobs follow (brorl.pipeline.STAGES)
     if group == "theory":
         return {"theory": config.get("theory")}
     if group == "start":
@@ -146,11 +147,12 @@ def group_projection(group: str, config: dict) -> dict:
                                               "throughput")},
                 "profile": {k: profile.get(k) for k in ("name", "start", "data", "pins")},
                 "rl.data": rl.get("data"), "rl.start_model": rl.get("start_model"), "rl": prorl,  # rl: as the ProRL stage reads it
-                "evaluation": {k: evaluation.get(k) for k in ("revisions", "reasoning_gym", "share_gated")}}
+                "evaluation": {k: evaluation.get(k) for k in ("revisions", "reasoning_gym", "share_gated")},
+                "stages": {k: switches.get(k) for k in ("train", "evaluation", "throughput", "rg_difficulty")}}
     if group == "arms":
         return {**group_projection("start", config), "rl": rl, "evaluation": config.get("evaluation")}
     if group == "study":
-        return {**group_projection("arms", config), "study": config.get("study")}
+        return {**group_projection("arms", config), "study": config.get("study"), "stages": switches}
     raise KeyError(group)
 
 

@@ -4,58 +4,42 @@
 # vLLM on GPUs (paper profile) one job per (model, benchmark), so a cluster runs them side by side. Models: the starting checkpoint (`prorl`)
 # and every arm's final checkpoint per seed (`<arm>-seed<s>`). Results are cached in resources/eval-cache by
 # the checkpoint's content hash and the task config, so a changed model is never served stale scores.
-from brorl.evaluation.benchmarks import reads_tasks
-from brorl.data.benchmarks import benchmark_data_root, is_gated
+# Paper benchmarks (brorl.data.benchmarks): fetched at a pinned revision through brorl.data.hub (or, for Reasoning Gym,
+# generated) into results/data/benchmarks/<name>/test.jsonl; the tiny ones read the tiny tasks. A gated benchmark
+# (GPQA) goes to resources/gated/benchmarks/ instead (never DVC-tracked or pushed) unless evaluation.share_gated;
+# fetching it from the hub needs HF_TOKEN, checked while the DAG is built (PLAN.gated_token_check).
+from brorl.data.catalog import benchmark_spec
+from brorl.pipeline import as_json
 
-EVAL = "evaluation" in config
-EVAL_MODELS = {}
-if EVAL:
-    if PRORL_STAGE:  # (paper profile: the start checkpoint is a fetched one, listed in evaluation.models)
-        EVAL_MODELS["prorl"] = START_MODEL
-    if TRAIN:
-        EVAL_MODELS.update({f"{arm}-seed{seed}": at("arms", f"resources/checkpoints/{arm}/seed{seed}")
-                            for arm in ARMS for seed in SEEDS})
-    EVAL_MODELS.update({name: at("start", f"resources/models/{name}") for name in config["evaluation"].get("models", [])})
-# What Snakemake waits for: a trained model's folder, or a fetched one's manifest (the folder beside it).
-EVAL_MODEL_INPUT = {name: f"{path}.manifest.json" if path in FETCHED else path for name, path in EVAL_MODELS.items()}
-EVAL_BENCHMARKS = config["evaluation"]["benchmarks"] if EVAL else []
-EVAL_OUTPUTS = [at("arms", f"results/eval/{model}/{bench}.json") for model in EVAL_MODELS for bench in EVAL_BENCHMARKS]
-# Paper benchmarks (brorl.data.benchmarks): fetched at a pinned revision through brorl.data.hub (or, for
-# Reasoning Gym, generated) into results/data/benchmarks/<name>/test.jsonl; the tiny ones read the tiny tasks.
-# A gated benchmark (GPQA) goes to resources/gated/benchmarks/ instead (never DVC-tracked or pushed) unless
-# evaluation.share_gated; fetching it from the hub needs HF_TOKEN, checked while the DAG is built.
-PAPER_BENCH = [b for b in EVAL_BENCHMARKS if not reads_tasks(b)]
-SHARE_GATED = EVAL and bool(config["evaluation"].get("share_gated"))
-BENCH_FILES = {b: f"{at('start', benchmark_data_root(b, SHARE_GATED))}/{b}/test.jsonl" for b in PAPER_BENCH}
-# A gated benchmark's full evaluation records stay local, under this run's own resources/<root>/gated/ (not DVC-tracked)
-GATED_RECORDS = ({"gated_root": at("arms", "resources/gated")}
-                 if any(is_gated(b) for b in PAPER_BENCH) and not SHARE_GATED else {})
-DATA_OUTPUTS += [path for path in BENCH_FILES.values() if path.startswith("results/")]  # not the gated ones
+PAPER_BENCH = PLAN.paper_bench
+EVAL_BENCHMARKS = PLAN.eval_benchmarks
+EVAL_MODELS = PLAN.eval_models  # name -> folder: the start (a trained one), <arm>-seed<s>, evaluation.models
+EVAL_JOB = PLAN.eval_job  # {model} (hf: one job per model) or {model}/{benchmark} (vLLM)
 
 
 if PAPER_BENCH:
 
     rule benchmark_data:
         input:
-            gated_token_check,
-            pinned_input(lambda wc: BENCH_FILES[wc.benchmark], benchmark_revision,
-                         lambda wc: f"evaluation.revisions.{wc.benchmark}"),
-            lambda wc: RG_PICKED if benchmark_spec(wc.benchmark).generated else [],
+            PLAN.gated_token_check,
+            PLAN.pinned_input(lambda wc: PLAN.bench_files[wc.benchmark], PLAN.benchmark_revision,
+                              lambda wc: f"evaluation.revisions.{wc.benchmark}"),
+            lambda wc: PLAN.rg_picked if benchmark_spec(wc.benchmark).generated else [],
         output:
             "{bench_root}/{benchmark}/test.jsonl",
         wildcard_constraints:
             benchmark="|".join(PAPER_BENCH),
-            bench_root=f"{at('start', 'results/data/benchmarks')}|{at('start', 'resources/gated/benchmarks')}",
+            bench_root=f"{PLAN.at('start', 'results/data/benchmarks')}|{PLAN.at('start', 'resources/gated/benchmarks')}",
         params:
-            cfg=lambda wildcards: as_json({"source": config["checkpoints"].get("source"), **ALLOW_UNPINNED,
+            cfg=lambda wildcards: as_json({"source": config["checkpoints"].get("source"), **PLAN.allow_unpinned,
                                            "reasoning_gym": config["evaluation"].get("reasoning_gym", {}),
                                            "revisions": {k: v for k, v in config["evaluation"].get("revisions", {}).items()
                                                          if k == wildcards.benchmark}}),
-            picked=lambda wildcards: RG_PICKED_ARG if benchmark_spec(wildcards.benchmark).generated else "",
+            picked=lambda wildcards: PLAN.rg_picked_arg if benchmark_spec(wildcards.benchmark).generated else "",
         log:
-            at("start", "logs/{bench_root}/{benchmark}.log"),  # logs/<root>/results/<root>/data/benchmarks/<name>.log
+            PLAN.at("start", "logs/{bench_root}/{benchmark}.log"),  # logs/<root>/results/<root>/data/benchmarks/<name>.log
         benchmark:
-            at("start", "logs/benchmarks/benchmark_data/{bench_root}/{benchmark}.tsv")
+            PLAN.at("start", "logs/benchmarks/benchmark_data/{bench_root}/{benchmark}.tsv")
         threads: 1
         conda:
             "../envs/brorl.yaml"
@@ -64,37 +48,33 @@ if PAPER_BENCH:
             " --wildcard benchmark={wildcards.benchmark} --name {wildcards.benchmark}"
             " --dest {output}{params.picked} 2>&1 | tee {log}"
 
-EVAL_PER_MODEL = EVAL and config["evaluation"].get("backend", "hf") == "hf"
-EVAL_JOB = "{model}" if EVAL_PER_MODEL else "{model}/{benchmark}"
-
-
-if EVAL:
+if PLAN.eval:
 
     rule evaluate:
         input:
-            model=lambda wildcards: EVAL_MODEL_INPUT[wildcards.model],
-            data=lambda wildcards: sorted({f for b in eval_benchmarks(wildcards) for f in eval_data(b)}),
+            model=lambda wildcards: PLAN.eval_model_input[wildcards.model],
+            data=lambda wildcards: sorted({f for b in PLAN.eval_job_benchmarks(wildcards) for f in PLAN.eval_data(b)}),
         output:
-            [at("arms", f"results/eval/{{model}}/{b}.json") for b in EVAL_BENCHMARKS] if EVAL_PER_MODEL
-            else at("arms", "results/eval/{model}/{benchmark}.json"),
+            [PLAN.at("arms", f"results/eval/{{model}}/{b}.json") for b in EVAL_BENCHMARKS] if PLAN.eval_per_model
+            else PLAN.at("arms", "results/eval/{model}/{benchmark}.json"),
         wildcard_constraints:
             model="|".join(EVAL_MODELS) if EVAL_MODELS else "none",
             benchmark="|".join(EVAL_BENCHMARKS),
         params:
             cfg=as_json({**{k: v for k, v in config["evaluation"].items() if k not in ("benchmarks", "models", "revisions")},
-                         **GATED_RECORDS}),
-            benchmarks=eval_args,
+                         **PLAN.gated_records}),
+            benchmarks=PLAN.eval_args,
             model_dir=lambda wildcards: EVAL_MODELS[wildcards.model],
-            **GPU_SLOT_PARAM,  # its own GPU on one host: vLLM engines side by side, one per GPU (common.smk)
+            **PLAN.gpu_slot_param,  # its own GPU on one host: vLLM engines side by side, one per GPU (common.smk)
         log:
-            at("arms", f"logs/eval/{EVAL_JOB}.log"),
+            PLAN.at("arms", f"logs/eval/{EVAL_JOB}.log"),
         benchmark:
-            at("arms", f"logs/benchmarks/evaluate/{EVAL_JOB}.tsv")
+            PLAN.at("arms", f"logs/benchmarks/evaluate/{EVAL_JOB}.tsv")
         threads: 1
         priority: 2
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"OMP_NUM_THREADS={{threads}} {GPU_SLOT}brorl evaluate --rule {{params.rule}} --config {{params.cfg:q}}"
+            f"OMP_NUM_THREADS={{threads}} {PLAN.gpu_slot_shell}brorl evaluate --rule {{params.rule}} --config {{params.cfg:q}}"
             " --wildcard model={wildcards.model} --model {params.model_dir}"
-            f" {{params.benchmarks}} --cache {at('arms', 'resources/eval-cache')} 2>&1 | tee {{log}}"
+            f" {{params.benchmarks}} --cache {PLAN.at('arms', 'resources/eval-cache')} 2>&1 | tee {{log}}"

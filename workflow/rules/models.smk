@@ -8,20 +8,12 @@
 # theory jobs (3) and evaluations (2). Any two one-thread priorities sum below an all-core job's, so none of
 # them delays one (Snakemake's ILP sums priorities; tests/test_scheduling.py replays the plan on a measured
 # run: `benchmarks/critical_path.py --replay`). The thread count does not change the numbers
-# (README, "Time"). ALL_CORES: the environment of an all-core job: torch's threads, and OpenMP threads that
-# sleep rather than spin while they wait (on a busy shared machine, spinning made 2-thread jobs 5-15x slower).
-ALL_CORES = "OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
-TASKS = PROFILE.data == "tasks"  # the tiny task suite is the arms' data (profile.data)
-TASK_DIR = at("start", "results/data")  # the tiny tasks' folder
-TRAINED = PROFILE.trains_start  # the model is trained here: SFT, then the ProRL stage (profile.start)
-TASK_FILES = (
-    [at("start", f"results/data/{task}/{split}.jsonl") for task in config["tasks"]["tasks"]
-     for split in ("train", "validation", "test")] + [at("start", "results/data/tasks.json")]
-    if TASKS else []
-)
-MODEL_OUTPUTS = [at("start", "resources/models/sft")] if TRAINED else []
-DATA_OUTPUTS += TASK_FILES + ([at("start", "results/data/difficulty_sft.csv"), at("start", "results/data/difficulty_sft.png")]
-                              if TRAINED else [])
+# (README, "Time"). ALL_CORES (brorl.pipeline): the environment of an all-core job.
+from brorl.pipeline import ALL_CORES, as_json
+
+TASKS = PLAN.tasks  # the tiny task suite is the arms' data (profile.data)
+TASK_DIR = PLAN.task_dir  # the tiny tasks' folder
+TASK_FILES = PLAN.task_files
 
 if TASKS:
 
@@ -31,9 +23,9 @@ if TASKS:
         params:
             cfg=as_json(config["tasks"]),
         log:
-            at("start", "logs/data/tiny_tasks.log"),
+            PLAN.at("start", "logs/data/tiny_tasks.log"),
         benchmark:
-            at("start", "logs/benchmarks/tiny_tasks.tsv")
+            PLAN.at("start", "logs/benchmarks/tiny_tasks.tsv")
         threads: workflow.cores  # a few seconds; it keeps the theory jobs from taking a core the SFT waits for
         priority: 100
         conda:
@@ -42,19 +34,19 @@ if TASKS:
             "OMP_NUM_THREADS={threads} brorl tasks-generate --rule {params.rule} --config {params.cfg:q}"
             f" --out {TASK_DIR} 2>&1 | tee {{log}}"
 
-if TRAINED:
+if PLAN.trained:  # the model is trained here: SFT, then the ProRL stage (profile.start)
 
     rule sft:
         input:
             TASK_FILES,
         output:
-            directory(at("start", "resources/models/sft")),
+            directory(PLAN.at("start", "resources/models/sft")),
         params:
             cfg=as_json({"sft": config["sft"], "tasks": config["tasks"]}),
         log:
-            at("start", "logs/models/sft.log"),
+            PLAN.at("start", "logs/models/sft.log"),
         benchmark:
-            at("start", "logs/benchmarks/sft.tsv")
+            PLAN.at("start", "logs/benchmarks/sft.tsv")
         threads: workflow.cores
         priority: 100
         conda:
@@ -65,12 +57,12 @@ if TRAINED:
 
     rule difficulty:
         input:
-            model=at("start", "resources/models/{model}"),
+            model=PLAN.at("start", "resources/models/{model}"),
             data=TASK_FILES,
         output:
-            csv=at("start", "results/data/difficulty_{model}.csv"),
+            csv=PLAN.at("start", "results/data/difficulty_{model}.csv"),
             png=report(
-                at("start", "results/data/difficulty_{model}.png"),
+                PLAN.at("start", "results/data/difficulty_{model}.png"),
                 category="Data",
                 caption="../report/difficulty.rst",
             ),
@@ -80,9 +72,9 @@ if TRAINED:
             cfg=as_json({"difficulty": config["difficulty"], "tasks": config["tasks"]}),
             title=lambda wc: {"sft": "SFT warm start", "prorl": "ProRL stage (N=16 plateau)"}[wc.model],
         log:
-            at("start", "logs/data/difficulty_{model}.log"),
+            PLAN.at("start", "logs/data/difficulty_{model}.log"),
         benchmark:
-            at("start", "logs/benchmarks/difficulty_{model}.tsv")
+            PLAN.at("start", "logs/benchmarks/difficulty_{model}.tsv")
         threads: 1  # 16 CPU s in 30 s at 2 threads: it cannot use a second core (issue 31)
         priority: 20  # after the throughput study (50), before the one-thread jobs below
         conda:

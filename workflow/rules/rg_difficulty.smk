@@ -2,16 +2,15 @@
 # `rg_difficulty`, small profile; brorl.evaluation.rg_difficulty). The model is a fetched checkpoint (its manifest
 # is the input). With rg_difficulty.pick the tasks it picks are the training tasks (train_data) and the evaluated
 # ones (benchmark_data): both read its tasks table (`--picked-tasks`); without it the table is only reported.
-RG_DIFFICULTY = [at("start", "results/data/rg_difficulty.csv"), at("start", "results/data/rg_difficulty_tasks.csv")] if "rg_difficulty" in config else []
-DATA_OUTPUTS += RG_DIFFICULTY
-RG_PICKED = RG_DIFFICULTY[1:] if RG_DIFFICULTY and config["rg_difficulty"].get("pick") else []  # [] or [tasks csv]
-RG_PICKED_ARG = f" --picked-tasks {RG_PICKED[0]}" if RG_PICKED else ""
+from brorl.pipeline import as_json
+
+RG_DIFFICULTY = PLAN.rg_difficulty  # [scan csv, tasks csv] when stages.rg_difficulty
 
 if RG_DIFFICULTY:
 
     rule rg_difficulty:
         input:
-            model=at("start", f"resources/models/{config['rg_difficulty']['model']}.manifest.json"),
+            model=PLAN.at("start", f"resources/models/{config['rg_difficulty']['model']}.manifest.json"),
         output:
             csv=RG_DIFFICULTY[0],
             tasks=RG_DIFFICULTY[1],
@@ -19,9 +18,9 @@ if RG_DIFFICULTY:
             cfg=as_json({k: v for k, v in config["rg_difficulty"].items() if k != "model"}),
             model=lambda wildcards, input: input.model.removesuffix(".manifest.json"),  # the folder beside it
         log:
-            at("start", "logs/data/rg_difficulty.log"),
+            PLAN.at("start", "logs/data/rg_difficulty.log"),
         benchmark:
-            at("start", "logs/benchmarks/rg_difficulty.tsv")
+            PLAN.at("start", "logs/benchmarks/rg_difficulty.tsv")
         threads: 1
         conda:
             "../envs/brorl.yaml"

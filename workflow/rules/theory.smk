@@ -2,26 +2,18 @@
 # they fill the second core beside the training jobs (the sweep first, beside the first arms; the short ones after
 # the arms: threads and priorities in models.smk).
 
-THEORY_OUTPUTS = [
-    at("theory", "results/theory/simulation.csv"),
-    at("theory", "results/theory/figure3.png"),
-    at("theory", "results/theory/summary.md"),
-    at("theory", "results/theory/summary.csv"),
-    at("theory", "results/theory/extended_sweep.csv"),
-    at("theory", "results/theory/extended_sweep.md"),
-    at("theory", "results/theory/extended_sweep.png"),
-]
+from brorl.pipeline import as_json
 
 
 rule theory_simulation:
     output:
-        csv=at("theory", "results/theory/simulation.csv"),
+        csv=PLAN.at("theory", "results/theory/simulation.csv"),
     params:
         cfg=as_json(config["theory"]["simulation"]),
     log:
-        at("theory", "logs/theory/simulation.log"),
+        PLAN.at("theory", "logs/theory/simulation.log"),
     benchmark:
-        at("theory", "logs/benchmarks/theory_simulation.tsv")
+        PLAN.at("theory", "logs/benchmarks/theory_simulation.tsv")
     threads: 1
     priority: 3
     conda:
@@ -33,16 +25,16 @@ rule theory_simulation:
 
 rule theory_figure3:
     input:
-        csv=at("theory", "results/theory/simulation.csv"),
+        csv=PLAN.at("theory", "results/theory/simulation.csv"),
     output:
         figure=report(
-            at("theory", "results/theory/figure3.png"),
+            PLAN.at("theory", "results/theory/figure3.png"),
             category="Theory",
             caption="../report/figure3.rst",
         ),
-        summary_md=at("theory", "results/theory/summary.md"),
+        summary_md=PLAN.at("theory", "results/theory/summary.md"),
         summary_csv=report(
-            at("theory", "results/theory/summary.csv"),
+            PLAN.at("theory", "results/theory/summary.csv"),
             category="Theory",
             caption="../report/summary.rst",
         ),
@@ -54,9 +46,9 @@ rule theory_figure3:
             }
         ),
     log:
-        at("theory", "logs/theory/figure3.log"),
+        PLAN.at("theory", "logs/theory/figure3.log"),
     benchmark:
-        at("theory", "logs/benchmarks/theory_figure3.tsv")
+        PLAN.at("theory", "logs/benchmarks/theory_figure3.tsv")
     threads: 1
     priority: 3
     conda:
@@ -70,13 +62,13 @@ rule theory_figure3:
 rule theory_extended_sweep:
     output:
         csv=report(
-            at("theory", "results/theory/extended_sweep.csv"),
+            PLAN.at("theory", "results/theory/extended_sweep.csv"),
             category="Theory",
             caption="../report/extended_sweep_table.rst",
         ),
-        md=at("theory", "results/theory/extended_sweep.md"),
+        md=PLAN.at("theory", "results/theory/extended_sweep.md"),
         png=report(
-            at("theory", "results/theory/extended_sweep.png"),
+            PLAN.at("theory", "results/theory/extended_sweep.png"),
             category="Theory",
             caption="../report/extended_sweep.rst",
         ),
@@ -88,9 +80,9 @@ rule theory_extended_sweep:
             }
         ),
     log:
-        at("theory", "logs/theory/extended_sweep.log"),
+        PLAN.at("theory", "logs/theory/extended_sweep.log"),
     benchmark:
-        at("theory", "logs/benchmarks/theory_extended_sweep.tsv")
+        PLAN.at("theory", "logs/benchmarks/theory_extended_sweep.tsv")
     threads: 1
     priority: 5  # the longest one-thread job (~100 s): first of them, beside the first arm (issue 31)
     conda:

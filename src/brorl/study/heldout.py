@@ -60,13 +60,6 @@ HELDOUT_DEFAULTS = {"mode": "exact", "split": "test", "samples": 256, "max_token
 prompt from ``engine``, ``max_tokens`` new tokens each, 0 = the tiny tasks' length)."""
 
 
-def _records(data_dir, split: str) -> list[dict]:
-    records = read_split(data_dir, split)
-    if not records:
-        raise FileNotFoundError(f"no {split!r} records under {data_dir}")
-    return records
-
-
 def _trim(row, eos_id: int) -> list[int]:
     """A sampled row up to and including its end token (what the trainer's reward sees)."""
     ids = [int(t) for t in row]
@@ -78,23 +71,23 @@ def sampled_probabilities(model_dir: str | Path, data_dir: str | Path, split: st
                           engine: str = "hf", seed: int = 1234, vllm_args: dict | None = None,
                           chunk_samples: int = 4096, progress: bool = True,
                           source: str = "tasks") -> dict[str, np.ndarray]:
-    """Per-prompt p estimated from ``samples`` completions scored by the training reward (the stage's
-    :func:`brorl.training.stage.make_reward` of the data source kind ``source``: the declared profile.data);
-    same keys as :func:`probabilities` plus ``correct`` and
-    ``samples`` (no per-answer probe probabilities: ``answer_probs`` is empty)."""
-    import torch
+    """Per-prompt p estimated from ``samples`` completions scored by the training reward; ``source``: the data
+    source kind (the declared profile.data, :func:`brorl.profile.sources`) that reads the split, gives the completion
+    length when ``max_tokens`` is 0 and scores the completions. Same keys as :func:`probabilities` plus ``correct``
+    and ``samples`` (no per-answer probe probabilities: ``answer_probs`` is empty)."""
     from transformers import AutoTokenizer
 
     from brorl.models.scoring import encode
-    from brorl.tasks.core import TaskSettings, format_prompt, max_new_tokens
-    from brorl.training.stage import make_reward
+    from brorl.profile import sources
+    from brorl.tasks.core import format_prompt
 
+    data = sources()[source]
     tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    records = _records(data_dir, split)
+    records = data.read_split(data_dir, split)
+    if not records:
+        raise FileNotFoundError(f"no {split!r} records under {data_dir}")
     if not max_tokens:
-        tasks_json = Path(data_dir) / "tasks.json"
-        settings = TaskSettings.from_dict(json.loads(tasks_json.read_text())) if tasks_json.exists() else None
-        max_tokens = max_new_tokens(settings, sorted({r["task"] for r in records}))
+        max_tokens = data.generation_length(data_dir, sorted({r["task"] for r in records}))
     prompts = [format_prompt(tok, r) for r in records]
     eos = tok.eos_token_id
     t0 = time.perf_counter()
@@ -117,7 +110,7 @@ def sampled_probabilities(model_dir: str | Path, data_dir: str | Path, split: st
         rows = [[_trim(r, eos) for r in block.tolist()] for block in ids]
     else:
         raise ValueError(f"heldout.engine: {engine!r} is not one of hf, vllm")
-    reward = make_reward(records, tok, source)
+    reward = data.reward(records, tok)
     flat = [r for block in rows for r in block]
     owner = [i for i, block in enumerate(rows) for _ in block]
     scores = np.asarray(reward(prompts=None, completions=tok.batch_decode(flat, skip_special_tokens=False),
@@ -248,17 +241,15 @@ def train_pool_metrics(start: dict, end: dict) -> dict:
 def run_study_arm(config: dict, init_model_dir, data_dir, work_dir, model_out, results_out, *, arm: str, seed: int,
                   source: str | None, open_run) -> None:
     """``brorl study-arm``: one arm of the N-scaling study (or its later start): ``config["stages"]`` for
-    ``seed`` in the rule's MLflow run (brorl.training.arms.run_rule_arm), then, unless ``heldout`` is false,
+    ``seed`` in the rule's MLflow run (brorl.training.arms.run_arm), then, unless ``heldout`` is false,
     the held-out metrics of the end model against the start model (:func:`log_heldout`) in the same run."""
-    from brorl.training.arms import run_rule_arm
-
-    stages = [{**st, "seed": seed} for st in config["stages"]]
+    from brorl.training.arms import run_arm, stages_arm
 
     def heldout(summary):
         log_heldout(config, init_model_dir, data_dir, model_out, results_out, arm=arm, seed=seed, source=source)
 
-    run_rule_arm(init_model_dir, data_dir, work_dir, stages, model_out, results_out, arm=arm, seed=seed,
-                 source=source, open_run=open_run, after=heldout if config.get("heldout", True) else None)
+    run_arm(stages_arm(arm, config["stages"]), init_model_dir, data_dir, work_dir, model_out, results_out, seed=seed,
+            source=source, open_run=open_run, after=heldout if config.get("heldout", True) else None)
 
 
 def log_heldout(config: dict, init_model_dir, data_dir, model_out, results_out, *, arm: str, seed: int,

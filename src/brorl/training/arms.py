@@ -27,6 +27,7 @@ validation pass@1 at the arm's start and end) and ``summary.json``.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -61,6 +62,9 @@ class Arm:
     """N of each stage."""
     stages: tuple[dict, ...] = ()
     """Each stage's settings (RLSettings keys), seed left out; empty for an arm read back from its results."""
+    per_seed: bool = True
+    """Whether it runs once per seed of ``rl.arms.seeds`` (its stages take the seed); False: the ProRL stage, whose
+    settings carry their own seed."""
     kind: ClassVar[str] = ""
     key: ClassVar[str] = ""
     """Its key under ``rl.arms`` (``batches``, ``schedule``, ...)."""
@@ -81,8 +85,12 @@ class Arm:
 
     def stages_for(self, seed: int | None = None) -> list[dict]:
         """The stage settings of one seed (``None``: the seed key is left out)."""
-        extra = {} if seed is None else {"seed": seed}
+        extra = {} if seed is None or not self.per_seed else {"seed": seed}
         return [{**stage, **extra} for stage in self.stages]
+
+    def settings(self, seed: int = 0) -> list[RLSettings]:
+        """What :func:`run_arm` trains: each stage's :class:`RLSettings` for one seed (N as ``n_rollouts``)."""
+        return [RLSettings.from_dict(stage) for stage in self.stages_for(seed)]
 
     def config_slice(self, rl: dict) -> dict:
         """The part of ``rl`` this arm depends on (a rule's params): adding a seed or an arm, or changing another
@@ -185,13 +193,22 @@ def prorl_settings(rl: dict) -> dict:
     return {**rl.get("recipe", {}), **rl.get("prorl", {})}
 
 
-def arm_plan(rl: dict) -> dict[str, Arm]:
+def arm_plan(rl: dict, prorl: bool = False) -> dict[str, Arm]:
     """Every arm of ``rl.arms`` (each kind of :data:`ARM_KINDS` builds its own), with its stage settings (seed
-    left out)."""
+    left out); ``prorl``: with the ProRL stage as the arm ``prorl`` where ``rl`` has one (what `brorl train-arm`
+    may run)."""
     arms = rl.get("arms", {})
     base = {**rl.get("recipe", {}), **arms.get("settings", {})}
     budget = arms.get("sample_budget", 0)
-    return {arm.name: arm for kind in ARM_KINDS for arm in kind.from_rl(rl, base, budget)}
+    start = [stages_arm("prorl", [prorl_settings(rl)], per_seed=False)] if prorl and "prorl" in rl else []
+    return {arm.name: arm for arm in start + [arm for kind in ARM_KINDS for arm in kind.from_rl(rl, base, budget)]}
+
+
+def stages_arm(name: str, stages: list[dict], per_seed: bool = True) -> Arm:
+    """An arm of given stage settings (the ProRL stage; a study arm's ``--config``), read as its N per stage says:
+    one stage a batch arm, several the chained kind (:func:`arm_from_stages`)."""
+    arm = arm_from_stages(name, [RLSettings.from_dict(stage).n_rollouts for stage in stages])
+    return type(arm)(arm.name, arm.n_rollouts, tuple(stages), per_seed)
 
 
 def plan(rl: dict, seed: int | None = None) -> dict[str, list[dict]]:
@@ -321,88 +338,6 @@ def _mean(x: np.ndarray) -> float:
     return float(x.mean()) if x.size else math.nan
 
 
-def run_arm(init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path, stages: list[dict],
-            model_out: str | Path, results_out: str | Path, arm: str = "arm", seed: int = 0,
-            progress: bool = True, source: str = "tasks") -> dict:
-    """Run the stages of one arm (resumable) and write its outputs; returns the arm summary. ``source``: the data
-    source kind (brorl.profile.sources(); the declared profile.data)."""
-    import torch
-    from accelerate import PartialState
-
-    from brorl.training.stage import METRIC_COLUMNS, TAIL_HI, TAIL_LO, read_metrics, train_stage
-
-    work, results = Path(work_dir), Path(results_out)
-    results.mkdir(parents=True, exist_ok=True)
-    init = Path(init_model_dir)
-    rows, summaries, folders = [], [], []
-    step0 = samples0 = wall0 = 0.0
-    settings = [RLSettings.from_dict(stage) for stage in stages]
-    for k, s in enumerate(settings):
-        out = work / f"stage{k}-n{s.n_rollouts}-{stage_tag(s, init)}"
-        folders.append(out)
-        if progress:
-            print(f"[arm {arm} seed {seed}] stage {k + 1}/{len(stages)}: N={s.n_rollouts} x "
-                  f"{s.prompts_per_step} prompts/step from {init}", flush=True)
-        summary = train_stage(init, data_dir, out, s, progress=progress, source=source)
-        summaries.append(summary)
-        for r in read_metrics(out):
-            rows.append({**r, "arm": arm, "seed": seed, "stage": k, "stage_n_rollouts": s.n_rollouts,
-                         "arm_step": step0 + r["step"], "arm_generated_samples": samples0 + r["generated_samples_total"],
-                         "arm_wall_time_s": wall0 + r["wall_time_s"]})
-        step0 += summary["steps"]
-        samples0 += summary["generated_samples"]
-        wall0 += summary["wall_time_s"]
-        init = out / "model"
-
-    first, last = folders[0], folders[-1]
-    z0, z1 = np.load(first / "probe_baseline.npz"), np.load(last / "probe_end.npz")
-    q_start, q_end = z0["q_pos"], z1["q_pos"]
-    tail = (q_start > TAIL_LO) & (q_start < TAIL_HI)
-    dist = PartialState(cpu=not torch.cuda.is_available())  # the stage's state: one process or brorl launch's
-    main = dist.is_main_process  # several processes: the main one writes
-    if main:
-        with atomic_path(results / "probe.npz") as tmp:
-            np.savez(tmp, q_start=q_start, q_end=q_end, ids=z1["ids"])
-        _write_rows(results / "metrics.csv", rows, ARM_COLUMNS + METRIC_COLUMNS)
-
-    gen_s = sum(r["generation_seconds"] or 0.0 for r in rows)
-    generated = sum(r["generated_samples"] or 0.0 for r in rows)
-    kept_groups = sum(r["kept_prompts"] or 0.0 for r in rows)
-    n_of = [r["stage_n_rollouts"] for r in rows]
-    generated_groups = sum((r["generated_samples"] or 0.0) / n for r, n in zip(rows, n_of))
-    end = summaries[-1]["probe_end"]
-    summary = {
-        "arm": arm, "seed": seed, "stages": len(stages),
-        "n_rollouts": [s.n_rollouts for s in settings], "prompts_per_step": [s.prompts_per_step for s in settings],
-        "steps": int(step0), "generated_samples": int(samples0),
-        "sample_budget": int(sum(s.sample_budget for s in settings)),
-        "kept_samples": int(sum(r["kept_samples"] or 0.0 for r in rows)),
-        "wall_time_s": wall0, "generation_seconds": gen_s,
-        "generation_samples_per_s": generated / gen_s if gen_s else math.nan,
-        "dynamic_sampling_pass_rate": kept_groups / generated_groups if generated_groups else math.nan,
-        "validation_pass1_start": _mean(q_start), "validation_pass1_end": _mean(q_end),
-        "tail_prompts": int(tail.sum()),
-        "q_pos_tail_start": float(q_start[tail].mean()) if tail.any() else math.nan,
-        "q_pos_tail_end": float(q_end[tail].mean()) if tail.any() else math.nan,
-        "zero_fraction_end": _mean(q_end <= TAIL_LO),
-        "multi_frac_correct_improved": end.get("probe_frac_correct_improved"),
-        "multi_worst_correct_delta": end.get("probe_worst_correct_delta"),
-        "peak_rss_mb": max((x.get("peak_rss_mb") or 0.0) for x in summaries),
-        "peak_cuda_mb": max((x.get("peak_cuda_mb") or 0.0) for x in summaries) or None,
-        "stopped": [x["stopped"] for x in summaries], "plateau_step": summaries[-1].get("plateau_step"),
-        "stage_summaries": summaries,
-    }
-    if main:
-        _copy_folder(init, Path(model_out))
-        write_text(results / "summary.json", json.dumps(summary, indent=1, default=float) + "\n")
-    dist.wait_for_everyone()  # the outputs exist before any process returns
-    if progress:
-        print(f"[arm {arm} seed {seed}] done: validation pass@1 {summary['validation_pass1_start']:.4f} -> "
-              f"{summary['validation_pass1_end']:.4f}, {summary['generated_samples']} samples, "
-              f"{summary['wall_time_s']:.0f}s", flush=True)
-    return summary
-
-
 # `brorl train-arm` and `brorl study-arm`: one arm inside the rule's MLflow run.
 
 CURVES = ("reward_mean", "dynamic_sampling_pass_rate", "generated_samples", "kept_prompts", "generation_samples_per_s",
@@ -414,52 +349,123 @@ PROBES = ("probe_q_pos_mean", "probe_q_pos_tail_mean", "probe_q_pos_zero_fractio
 """metrics.csv columns logged at the arm steps where the probe ran."""
 
 
-def arm_stages(rl: dict, arm: str, seed: int) -> list[dict]:
-    """The stages of ``brorl train-arm``: the arm of :func:`plan` for ``seed``, or the ProRL stage (``prorl``)."""
-    return [prorl_settings(rl)] if arm == "prorl" else arm_plan(rl)[arm].stages_for(seed)
+def run_arm(arm: Arm, init_model_dir: str | Path, data_dir: str | Path, work_dir: str | Path,
+            model_out: str | Path, results_out: str | Path, *, seed: int = 0, source: str = "tasks",
+            open_run=None, after=None, progress: bool = True) -> dict | None:
+    """`brorl train-arm` and `brorl study-arm`: the stages of one arm and seed (resumable), chained, and the arm's
+    outputs; returns the arm summary. ``arm.settings(seed)`` gives each stage's RLSettings, and each stage is a
+    :func:`brorl.training.stage.train_stage`. ``source``: the data source kind (brorl.profile.sources(); the
+    declared profile.data).
+
+    With ``open_run(params)`` (brorl.tracking.rule_run; params: every stage's settings as ``stage<k>.<key>``) it runs
+    inside the rule's MLflow run, whose id goes to ``<results>/mlflow_run_id``; the curves, probes and summary
+    (``final/...``), metrics.csv and summary.json are logged, and ``after(summary)`` runs in the same run (more
+    metrics for it). Under `brorl launch` the other processes (``RANK`` > 0) only train, quietly, and return None:
+    one MLflow run, from the main process."""
+    import torch
+    from accelerate import PartialState
+
+    from brorl.training.stage import METRIC_COLUMNS, TAIL_HI, TAIL_LO, read_metrics, train_stage
+
+    stages, settings = arm.stages_for(seed), arm.settings(seed)
+    other_rank = open_run is not None and int(os.environ.get("RANK", "0")) != 0
+    progress = progress and not other_rank
+    params = {f"stage{k}.{key}": value for k, st in enumerate(stages) for key, value in st.items()}
+    with open_run(params) if open_run is not None and not other_rank else contextlib.nullcontext() as run:
+        work, results = Path(work_dir), Path(results_out)
+        results.mkdir(parents=True, exist_ok=True)
+        if run is not None:
+            write_text(results / "mlflow_run_id", run.info.run_id + "\n")
+        init = Path(init_model_dir)
+        rows, summaries, folders = [], [], []
+        step0 = samples0 = wall0 = 0.0
+        for k, s in enumerate(settings):
+            out = work / f"stage{k}-n{s.n_rollouts}-{stage_tag(s, init)}"
+            folders.append(out)
+            if progress:
+                print(f"[arm {arm.name} seed {seed}] stage {k + 1}/{len(settings)}: N={s.n_rollouts} x "
+                      f"{s.prompts_per_step} prompts/step from {init}", flush=True)
+            summary = train_stage(init, data_dir, out, s, progress=progress, source=source)
+            summaries.append(summary)
+            for r in read_metrics(out):
+                rows.append({**r, "arm": arm.name, "seed": seed, "stage": k, "stage_n_rollouts": s.n_rollouts,
+                             "arm_step": step0 + r["step"],
+                             "arm_generated_samples": samples0 + r["generated_samples_total"],
+                             "arm_wall_time_s": wall0 + r["wall_time_s"]})
+            step0 += summary["steps"]
+            samples0 += summary["generated_samples"]
+            wall0 += summary["wall_time_s"]
+            init = out / "model"
+
+        first, last = folders[0], folders[-1]
+        z0, z1 = np.load(first / "probe_baseline.npz"), np.load(last / "probe_end.npz")
+        q_start, q_end = z0["q_pos"], z1["q_pos"]
+        tail = (q_start > TAIL_LO) & (q_start < TAIL_HI)
+        dist = PartialState(cpu=not torch.cuda.is_available())  # the stage's state: one process or brorl launch's
+        main = dist.is_main_process  # several processes: the main one writes
+        if main:
+            with atomic_path(results / "probe.npz") as tmp:
+                np.savez(tmp, q_start=q_start, q_end=q_end, ids=z1["ids"])
+            _write_rows(results / "metrics.csv", rows, ARM_COLUMNS + METRIC_COLUMNS)
+
+        gen_s = sum(r["generation_seconds"] or 0.0 for r in rows)
+        generated = sum(r["generated_samples"] or 0.0 for r in rows)
+        kept_groups = sum(r["kept_prompts"] or 0.0 for r in rows)
+        n_of = [r["stage_n_rollouts"] for r in rows]
+        generated_groups = sum((r["generated_samples"] or 0.0) / n for r, n in zip(rows, n_of))
+        end = summaries[-1]["probe_end"]
+        summary = {
+            "arm": arm.name, "seed": seed, "stages": len(settings),
+            "n_rollouts": [s.n_rollouts for s in settings],
+            "prompts_per_step": [s.prompts_per_step for s in settings],
+            "steps": int(step0), "generated_samples": int(samples0),
+            "sample_budget": int(sum(s.sample_budget for s in settings)),
+            "kept_samples": int(sum(r["kept_samples"] or 0.0 for r in rows)),
+            "wall_time_s": wall0, "generation_seconds": gen_s,
+            "generation_samples_per_s": generated / gen_s if gen_s else math.nan,
+            "dynamic_sampling_pass_rate": kept_groups / generated_groups if generated_groups else math.nan,
+            "validation_pass1_start": _mean(q_start), "validation_pass1_end": _mean(q_end),
+            "tail_prompts": int(tail.sum()),
+            "q_pos_tail_start": float(q_start[tail].mean()) if tail.any() else math.nan,
+            "q_pos_tail_end": float(q_end[tail].mean()) if tail.any() else math.nan,
+            "zero_fraction_end": _mean(q_end <= TAIL_LO),
+            "multi_frac_correct_improved": end.get("probe_frac_correct_improved"),
+            "multi_worst_correct_delta": end.get("probe_worst_correct_delta"),
+            "peak_rss_mb": max((x.get("peak_rss_mb") or 0.0) for x in summaries),
+            "peak_cuda_mb": max((x.get("peak_cuda_mb") or 0.0) for x in summaries) or None,
+            "stopped": [x["stopped"] for x in summaries], "plateau_step": summaries[-1].get("plateau_step"),
+            "stage_summaries": summaries,
+        }
+        if main:
+            _copy_folder(init, Path(model_out))
+            write_text(results / "summary.json", json.dumps(summary, indent=1, default=float) + "\n")
+        dist.wait_for_everyone()  # the outputs exist before any process returns
+        if progress:
+            print(f"[arm {arm.name} seed {seed}] done: validation pass@1 "
+                  f"{summary['validation_pass1_start']:.4f} -> "
+                  f"{summary['validation_pass1_end']:.4f}, {summary['generated_samples']} samples, "
+                  f"{summary['wall_time_s']:.0f}s", flush=True)
+        if run is not None:
+            _log_arm_run(run, results, summary)
+            if after is not None:
+                after(summary)
+    return None if other_rank else summary
 
 
-def run_train_arm(rl: dict, init_model_dir, data_dir, work_dir, model_out, results_out, *, arm: str, seed: int,
-                  source: str | None, open_run) -> dict | None:
-    """``brorl train-arm``: one training arm and seed of ``rl`` (or the ProRL stage, ``arm="prorl"``): resumable
-    stages -> HF folder + metrics, in the rule's MLflow run (:func:`run_rule_arm`)."""
-    return run_rule_arm(init_model_dir, data_dir, work_dir, arm_stages(rl, arm, seed), model_out, results_out,
-                        arm=arm, seed=seed, source=source, open_run=open_run)
-
-
-def run_rule_arm(init_model_dir, data_dir, work_dir, stages: list[dict], model_out, results_out, *, arm: str,
-                 seed: int, source: str | None, open_run, after=None) -> dict | None:
-    """A rule's arm: :func:`run_arm` inside the rule's MLflow run, ``open_run(params)`` (brorl.tracking.rule_run;
-    params: every stage's settings as ``stage<k>.<key>``), whose id goes to ``<results>/mlflow_run_id``; then its
-    curves, probes and summary (``final/...``), metrics.csv and summary.json are logged, and ``after(summary)``
-    runs in the same run (more metrics for it). Under `brorl launch`, the other processes (``RANK`` > 0) only
-    train: one MLflow run, from the main process."""
+def _log_arm_run(run, results: Path, summary: dict) -> None:
+    """An arm's curves, probes and summary (``final/...``), metrics.csv and summary.json, in its MLflow run."""
     import mlflow
 
     from brorl.tracking import log_curves, numeric_metrics
     from brorl.training.stage import read_metrics
 
-    where = (init_model_dir, data_dir, work_dir, stages, model_out, results_out)
-    if int(os.environ.get("RANK", "0")) != 0:
-        run_arm(*where, arm=arm, seed=seed, progress=False, source=source)
-        return None
-    params = {f"stage{k}.{key}": value for k, st in enumerate(stages) for key, value in st.items()}
-    with open_run(params) as run:
-        results = Path(results_out)
-        results.mkdir(parents=True, exist_ok=True)
-        write_text(results / "mlflow_run_id", run.info.run_id + "\n")
-        summary = run_arm(*where, arm=arm, seed=seed, source=source)
-        rows = read_metrics(results)
-        log_curves({key: [r[key] if r[key] is not None else float("nan") for r in rows] for key in CURVES},
-                   step_offset=1)
-        client, run_id = mlflow.MlflowClient(), run.info.run_id
-        for key in PROBES:
-            for r in rows:
-                if r[key] is not None:
-                    client.log_metric(run_id, key, r[key], step=int(r["arm_step"]))
-        mlflow.log_metrics(numeric_metrics({k: v for k, v in summary.items() if k != "stage_summaries"}, "final/"))
-        for name in ("metrics.csv", "summary.json"):
-            mlflow.log_artifact(str(results / name))
-        if after is not None:
-            after(summary)
-    return summary
+    rows = read_metrics(results)
+    log_curves({key: [r[key] if r[key] is not None else float("nan") for r in rows] for key in CURVES}, step_offset=1)
+    client, run_id = mlflow.MlflowClient(), run.info.run_id
+    for key in PROBES:
+        for r in rows:
+            if r[key] is not None:
+                client.log_metric(run_id, key, r[key], step=int(r["arm_step"]))
+    mlflow.log_metrics(numeric_metrics({k: v for k, v in summary.items() if k != "stage_summaries"}, "final/"))
+    for name in ("metrics.csv", "summary.json"):
+        mlflow.log_artifact(str(results / name))
