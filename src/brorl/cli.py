@@ -241,12 +241,12 @@ COMMANDS = {  # in `brorl --help` order
         opt("paths", nargs="+"), opt("--push", action="store_true"), run=None),
     "root": cmd(
         "print the output root of a config (brorl.layout): its own, or with --group the root a stage group writes under",
-        "brorl.layout:run_root", lambda a, f: f(a.configfile, a.group),
+        "brorl.tracking:run_root", lambda a, f: f(a.configfile, a.group),
         opt("--configfile", nargs="+", required=True, help="a base and its overlays, as for snakemake"),
         opt("--group", default=None, help="theory, start, arms or study"), run=None),
     "migrate-layout": cmd(
         "move a checkout's old-layout outputs (results/theory, ... at the top) under the roots of the config that "
-        "wrote them (issue 32)", "brorl.layout:run_migrate_layout", lambda a, f: f(a.configfile, dry_run=a.dry_run),
+        "wrote them (issue 32)", "brorl.tracking:run_migrate_layout", lambda a, f: f(a.configfile, dry_run=a.dry_run),
         opt("--configfile", nargs="+", required=True,
             help="the config the old outputs were made with: a base and its overlays, as for snakemake"),
         opt("--dry-run", action="store_true", help="print the moves only"), run=None),

@@ -19,7 +19,6 @@ before any job (:func:`old_layout_paths`) until ``brorl migrate-layout --configf
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -129,8 +128,10 @@ def layout_errors(name, overlay=None, reuses=()) -> list[str]:
     return errors
 
 
-def group_projection(group: str, config: dict) -> dict:
-    """What a group's jobs read from the config: two configs with equal projections plan the group's jobs alike."""
+def group_projection(group: str, config: dict, prorl_stage=None) -> dict:
+    """What a group's jobs read from the config: two configs with equal projections plan the group's jobs alike.
+    ``prorl_stage(rl, "prorl")``: the ProRL stage's settings as the stage reads them (brorl.training.arms.stage_config,
+    given by brorl.pipeline: this module imports nothing above it)."""
     rl = config.get("rl") or {}
     profile = config.get("profile") or {}
     switches = config.get("stages") or {}  # the stage switches a group's jobs follow (brorl.pipeline.STAGES)
@@ -139,9 +140,7 @@ def group_projection(group: str, config: dict) -> dict:
     if group == "start":
         prorl = None
         if rl.get("prorl") is not None and profile.get("start", "trained") == "trained":
-            from brorl.training.arms import stage_config
-
-            prorl = stage_config(rl, "prorl")
+            prorl = prorl_stage(rl, "prorl") if prorl_stage else rl.get("prorl")
         evaluation = config.get("evaluation") or {}
         return {**{k: config.get(k) for k in ("tasks", "sft", "difficulty", "checkpoints", "rg_difficulty",
                                               "throughput")},
@@ -150,9 +149,9 @@ def group_projection(group: str, config: dict) -> dict:
                 "evaluation": {k: evaluation.get(k) for k in ("revisions", "reasoning_gym", "share_gated")},
                 "stages": {k: switches.get(k) for k in ("train", "evaluation", "throughput", "rg_difficulty")}}
     if group == "arms":
-        return {**group_projection("start", config), "rl": rl, "evaluation": config.get("evaluation")}
+        return {**group_projection("start", config, prorl_stage), "rl": rl, "evaluation": config.get("evaluation")}
     if group == "study":
-        return {**group_projection("arms", config), "study": config.get("study"), "stages": switches}
+        return {**group_projection("arms", config, prorl_stage), "study": config.get("study"), "stages": switches}
     raise KeyError(group)
 
 
@@ -176,11 +175,12 @@ def base_files(files) -> list:
     return out
 
 
-def reuse_errors(base: dict, config: dict, layout: Layout) -> list[str]:
-    """An overlay may reuse a group only if it leaves every key that group reads as the base has it."""
+def reuse_errors(base: dict, config: dict, layout: Layout, prorl_stage=None) -> list[str]:
+    """An overlay may reuse a group only if it leaves every key that group reads as the base has it
+    (``prorl_stage``: :func:`group_projection`)."""
     errors = []
     for group in layout.reuses:
-        where = _diff(group_projection(group, base), group_projection(group, config))
+        where = _diff(group_projection(group, base, prorl_stage), group_projection(group, config, prorl_stage))
         if where is not None:
             errors.append(f"profile.reuses: {group}: the overlay changes {where}, which the {group} stages read; "
                           f"reused, they would rerun into the base's root results/{layout.name}/ and replace its "
@@ -257,11 +257,10 @@ def migration_moves(layout: Layout, project: str | Path = ".") -> list[tuple[str
     return moves
 
 
-def migrate(layout: Layout, project: str | Path = ".", *, dry_run: bool = False, tracking: dict | None = None,
-            profile_name: str | None = None) -> list[tuple[str, str]]:
+def migrate(layout: Layout, project: str | Path = ".", *, dry_run: bool = False) -> list[tuple[str, str]]:
     """Move the old layout's outputs under ``layout``'s roots (refusing to replace anything), with their ``.dvc``
-    files (whose ``path:`` is relative to the file, so they stay valid beside their folder), and tag the profile's
-    MLflow runs that have no ``root`` tag with the root of their rule's group. Returns the moves."""
+    files (whose ``path:`` is relative to the file, so they stay valid beside their folder). Returns the moves.
+    ``brorl migrate-layout`` (brorl.tracking.run_migrate_layout) then tags the profile's MLflow runs."""
     project = Path(project)
     moves = migration_moves(layout, project)
     clashes = [new for _, new in moves if (project / new).exists()]
@@ -277,67 +276,7 @@ def migrate(layout: Layout, project: str | Path = ".", *, dry_run: bool = False,
         path = project / top
         if not dry_run and path.is_dir() and not any(path.iterdir()):
             path.rmdir()
-    if tracking is not None and not dry_run:
-        tagged = tag_untagged_runs(layout, tracking, profile_name or layout.name)
-        print(f"tagged {tagged} MLflow run(s) of profile {profile_name or layout.name} with their root")
     return moves
-
-
-def tag_untagged_runs(layout: Layout, tracking: dict, profile: str) -> int:
-    """Set the ``root`` tag of the profile's runs that have none (runs from before issue 32)."""
-    from brorl.tracking import sqlite_path, tracking_settings
-
-    cfg = tracking_settings(tracking)
-    db = sqlite_path(cfg["uri"])
-    if db is not None and not db.exists():
-        return 0
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=cfg["uri"])
-    exp = client.get_experiment_by_name(cfg["experiment"])
-    if exp is None:
-        return 0
-    n, token = 0, None
-    while True:
-        page = client.search_runs([exp.experiment_id], filter_string=f"tags.profile = '{profile}'",
-                                  max_results=1000, page_token=token)
-        for run in page:
-            rule = run.data.tags.get("rule")
-            if rule and "root" not in run.data.tags:
-                try:
-                    root = layout.run_root(rule)
-                except KeyError:
-                    continue
-                client.set_tag(run.info.run_id, "root", root)
-                n += 1
-        token = page.token
-        if not token:
-            return n
-
-
-def run_root(configfile: list[str], group: str | None = None) -> None:
-    """``brorl root --configfile FILE... [--group G]``: the root, for scripts and make targets."""
-    from brorl.config import load_config
-    from brorl.profile import Profile
-
-    layout = Profile.from_config(load_config(*configfile)).layout
-    print(layout.root_of(group) if group else layout.root)
-
-
-def run_migrate_layout(configfile: list[str], dry_run: bool = False) -> None:
-    """``brorl migrate-layout --configfile FILE... [--dry-run]``."""
-    from brorl.config import load_config
-    from brorl.profile import Profile
-
-    config = load_config(*configfile)
-    profile = Profile.from_config(config)
-    moves = migrate(profile.layout, ".", dry_run=dry_run, tracking=config.get("tracking"), profile_name=profile.name)
-    if not moves:
-        print("migrate-layout: no old-layout outputs here; nothing to do")
-    elif not dry_run:
-        print(f"migrate-layout: moved {len(moves)} path(s) under results/{profile.layout.root}/ (and the base's "
-              f"root for reused groups); `snakemake -n --configfile {' '.join(configfile)}` should plan nothing new")
-    print(json.dumps({"root": profile.layout.root, "moves": len(moves), "dry_run": dry_run}))
 
 
 def dvc_folders(root: str, outputs, fetched=(), models=(), manifests=()) -> dict[str, list[str]]:

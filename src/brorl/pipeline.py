@@ -82,7 +82,7 @@ def _reuse_errors(config: dict, sources: list[ConfigFile]) -> list[str]:
     base = merge_configs([f.data for f in base_sources] + [f.data for f in sources if f.name == "--config"])
     if "profile" not in base:
         return []
-    return reuse_errors(base, config, profile.layout)
+    return reuse_errors(base, config, profile.layout, prorl_stage=arms.stage_config)
 
 
 def validate_config(config: dict, schema: str | Path | dict = SCHEMA_PATH,

@@ -433,3 +433,64 @@ if __name__ == "__main__":  # python -m brorl.tracking [STORE_URI [UI_BASE]]: th
         print(f"experiment {name}: {link}")
     if not links:
         print("no experiments in the store yet: run the pipeline first")
+
+
+# brorl root / brorl migrate-layout (issue 32): the roots of brorl.layout for scripts and make targets, and the
+# move of an old checkout, whose MLflow runs get their root tag here
+def tag_untagged_runs(layout, tracking: dict, profile: str) -> int:
+    """Set the ``root`` tag of the profile's runs that have none (runs from before issue 32)."""
+    cfg = tracking_settings(tracking)
+    db = sqlite_path(cfg["uri"])
+    if db is not None and not db.exists():
+        return 0
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=cfg["uri"])
+    exp = client.get_experiment_by_name(cfg["experiment"])
+    if exp is None:
+        return 0
+    n, token = 0, None
+    while True:
+        page = client.search_runs([exp.experiment_id], filter_string=f"tags.profile = '{profile}'",
+                                  max_results=1000, page_token=token)
+        for run in page:
+            rule = run.data.tags.get("rule")
+            if rule and "root" not in run.data.tags:
+                try:
+                    root = layout.run_root(rule)
+                except KeyError:
+                    continue
+                client.set_tag(run.info.run_id, "root", root)
+                n += 1
+        token = page.token
+        if not token:
+            return n
+
+
+def run_root(configfile: list[str], group: str | None = None) -> None:
+    """``brorl root --configfile FILE... [--group G]``: the root, for scripts and make targets."""
+    from brorl.config import load_config
+    from brorl.profile import Profile
+
+    layout = Profile.from_config(load_config(*configfile)).layout
+    print(layout.root_of(group) if group else layout.root)
+
+
+def run_migrate_layout(configfile: list[str], dry_run: bool = False) -> None:
+    """``brorl migrate-layout --configfile FILE... [--dry-run]``."""
+    from brorl.config import load_config
+    from brorl.layout import migrate
+    from brorl.profile import Profile
+
+    config = load_config(*configfile)
+    profile = Profile.from_config(config)
+    moves = migrate(profile.layout, ".", dry_run=dry_run)
+    if config.get("tracking") is not None and not dry_run:
+        tagged = tag_untagged_runs(profile.layout, config["tracking"], profile.name)
+        print(f"tagged {tagged} MLflow run(s) of profile {profile.name} with their root")
+    if not moves:
+        print("migrate-layout: no old-layout outputs here; nothing to do")
+    elif not dry_run:
+        print(f"migrate-layout: moved {len(moves)} path(s) under results/{profile.layout.root}/ (and the base's "
+              f"root for reused groups); `snakemake -n --configfile {' '.join(configfile)}` should plan nothing new")
+    print(json.dumps({"root": profile.layout.root, "moves": len(moves), "dry_run": dry_run}))

@@ -121,7 +121,13 @@ FAMILIES: dict[str, Family] = {
 }
 
 # --- issue 29: the weak-transfer family (its code: brorl.tasks.lookup) -----------------------------------------
-from brorl.tasks.lookup import lookup_universe, sample_lookup  # noqa: E402  (lookup imports Problem from here)
+from brorl.tasks.lookup import draw_lookup, lookup_universe  # noqa: E402
+
+
+def sample_lookup(rng: np.random.Generator, s) -> Problem:
+    prompt, ans, q = draw_lookup(rng, s)
+    return Problem(prompt, ans, (ans,), {"q": q})
+
 
 FAMILIES["lookup"] = Family("lookup", sample_lookup, lookup_universe, evaluated=False)
 # --- end of issue 29's block -------------------------------------------------------------------------------------

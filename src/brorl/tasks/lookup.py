@@ -37,13 +37,11 @@ def lookup_answer(prompt: str, s) -> str:
     return str(int.from_bytes(h, "big") % int(s.lookup_answers))
 
 
-def sample_lookup(rng: np.random.Generator, s):
-    from brorl.tasks.families import Problem
-
+def draw_lookup(rng: np.random.Generator, s) -> tuple[str, str, int]:
+    """One ``lookup`` prompt: (prompt, its answer, q). brorl.tasks.families wraps it into a Problem."""
     q = int(rng.integers(0, 10**s.lookup_digits))
     prompt = f"{PREFIX}{q:0{s.lookup_digits}d}{SUFFIX}"
-    ans = lookup_answer(prompt, s)
-    return Problem(prompt, ans, (ans,), {"q": q})
+    return prompt, lookup_answer(prompt, s), q
 
 
 def lookup_universe(s) -> tuple[int, int]:
