@@ -3,11 +3,9 @@
 # Threads and priorities (issue 21): a job that takes all cores (`threads: workflow.cores`; torch follows
 # OMP_NUM_THREADS when the config's `threads` is 0) runs alone, and Snakemake starts the highest-priority jobs
 # that fit the free cores (it never holds a core back). So the critical path (tasks -> SFT -> ProRL stage: 100)
-# comes first and the throughput study (all cores, 50) runs alone after it, before the one-thread jobs fill every
+# and then the throughput study (all cores, 50) come first, each alone, before the one-thread jobs fill every
 # core (issue 31): the difficulty profiles (20), the extended sweep (5: the longest), the arms (4), then the short
-# theory jobs (3) and evaluations (2). SFT and the ProRL stage take one core: at 2 threads they used one core's
-# worth (72 CPU-s in 103 s, 301 CPU-s in 307 s: docs/results/timing/time_dag_7fc2721.md), so the theory jobs and
-# the SFT difficulty profile now run on the other core beside them. Any two one-thread priorities sum below an all-core job's, so none of
+# theory jobs (3) and evaluations (2). Any two one-thread priorities sum below an all-core job's, so none of
 # them delays one (Snakemake's ILP sums priorities; tests/test_scheduling.py replays the plan on a measured
 # run: `benchmarks/critical_path.py --replay`). The thread count does not change the numbers
 # (README, "Time"). ALL_CORES (brorl.pipeline): the environment of an all-core job.
@@ -49,7 +47,7 @@ if PLAN.trained:  # the model is trained here: SFT, then the ProRL stage (profil
             PLAN.at("start", "logs/models/sft.log"),
         benchmark:
             PLAN.at("start", "logs/benchmarks/sft.tsv")
-        threads: 1  # on the critical path; a second thread gave no speed (issue 31; the header)
+        threads: workflow.cores
         priority: 100
         conda:
             "../envs/brorl.yaml"

@@ -67,7 +67,7 @@ if PRORL_STAGE:
             PLAN.at("start", "logs/train/prorl.log"),
         benchmark:
             PLAN.at("start", "logs/benchmarks/prorl_stage.tsv")
-        threads: 1  # on the critical path; a second thread gave no speed (threads: workflow/rules/models.smk)
+        threads: workflow.cores  # on the critical path, alone (threads: workflow/rules/models.smk)
         priority: 100
         conda:
             "../envs/brorl.yaml"
