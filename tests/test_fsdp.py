@@ -143,7 +143,7 @@ def test_policy_from_sharded_model_folder(tmp_path):
 ARM_WORKER = r'''
 import json, os, signal, sys
 from brorl.training import trainer as trainer_module
-from brorl.training.arms import run_arm
+from brorl.training.arms import run_arm, stages_arm
 
 model, data, out, kill_at, engine = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 facts = {}
@@ -171,7 +171,7 @@ st = {"prompts_per_step": 4, "probe_every": 1, "checkpoint_every": 1, "max_compl
       "micro_batch_size": 8, "eta0": 1e-2, "b0": 16, "max_rounds": 2, "threads": 1, "n_rollouts": 4,
       "generation_engine": engine}  # hf: TRL's generate (synced over the processes); grouped samplers are refused
 stages = [{**st, "steps": 3}, {**st, "steps": 1}]  # stage 2 starts from stage 1's policy and optimizer
-s = run_arm(model, data, f"{out}/work", stages, f"{out}/model", f"{out}/results", arm="schedule", seed=0)
+s = run_arm(stages_arm("schedule", stages), model, data, f"{out}/work", f"{out}/model", f"{out}/results", seed=0)
 with open(f"{out}/rank{os.environ['RANK']}.json", "w") as f:
     json.dump({"steps": s["steps"], "generated_samples": s["generated_samples"], **facts}, f)
 '''

@@ -153,11 +153,12 @@ def test_two_process_accelerate_launch_uses_global_batch_statistics(tmp_path):
 
 ARM_WORKER = r'''
 import json, os, sys
-from brorl.training.arms import run_arm
+from brorl.training.arms import run_arm, stages_arm
 model, data, out = sys.argv[1:4]
 stages = [{"n_rollouts": 4, "prompts_per_step": 4, "steps": 2, "probe_every": 1, "checkpoint_every": 1,
            "max_completion_length": 4, "micro_batch_size": 8, "eta0": 1e-3, "b0": 16, "max_rounds": 2, "threads": 1}]
-s = run_arm(model, data, f"{out}/work", stages, f"{out}/model", f"{out}/results", arm="n4", seed=0, progress=False)
+s = run_arm(stages_arm("n4", stages), model, data, f"{out}/work", f"{out}/model", f"{out}/results", seed=0,
+            progress=False)
 with open(f"{out}/rank{os.environ['RANK']}.json", "w") as f:
     json.dump({k: s[k] for k in ("steps", "generated_samples")}, f)
 '''

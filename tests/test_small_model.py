@@ -141,8 +141,8 @@ def test_one_rl_step_on_the_real_tokenizer(smol, tmp_path):
     stages = [{"n_rollouts": 4, "prompts_per_step": 2, "steps": 1, "probe_every": 0, "checkpoint_every": 1,
                "max_completion_length": 12, "micro_batch_size": 8, "eta0": 1e-3, "b0": 8, "max_rounds": 2,
                "threads": 1, "generation_engine": "prefix_tree", "dynamic_sampling": True}]
-    summary = arms.run_arm(folder, data, tmp_path / "work", stages, tmp_path / "model", tmp_path / "results",
-                           arm="n4", progress=False, source="paper")
+    summary = arms.run_arm(arms.stages_arm("n4", stages), folder, data, tmp_path / "work", tmp_path / "model",
+                           tmp_path / "results", progress=False, source="paper")
     assert summary["steps"] == 1 and summary["generated_samples"] == 16  # 2 rounds x 2 prompts x 4
     row = json.loads(json.dumps(__import__("csv").DictReader(open(tmp_path / "results" / "metrics.csv")).__next__()))
     assert float(row["generation_rounds"]) == 2 and float(row["reward_mean"]) == 0.0

@@ -365,14 +365,15 @@ def test_arm_work_folder_follows_the_start_models_content(tiny):
 
     from transformers import AutoModelForCausalLM
 
-    from brorl.training.arms import run_arm
+    from brorl.training.arms import run_arm, stages_arm
 
     init, work = tiny / "arm-init", tiny / "arm-work"
     shutil.copytree(tiny / "sft", init)
     stages = [dict(RL, steps=1, probe_every=0, sample_budget=0)]
 
     def run(st=stages):
-        return run_arm(init, tiny / "data", work, st, tiny / "arm-model", tiny / "arm-results", progress=False)
+        return run_arm(stages_arm("arm", st), init, tiny / "data", work, tiny / "arm-model", tiny / "arm-results",
+                       progress=False)
 
     first = run()
     assert len(list(work.iterdir())) == 1
