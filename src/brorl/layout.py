@@ -128,7 +128,7 @@ def layout_errors(name, overlay=None, reuses=()) -> list[str]:
     return errors
 
 
-def group_projection(group: str, config: dict, prorl_stage=None) -> dict:
+def group_projection(group: str, config: dict, prorl_stage) -> dict:
     """What a group's jobs read from the config: two configs with equal projections plan the group's jobs alike.
     ``prorl_stage(rl, "prorl")``: the ProRL stage's settings as the stage reads them (brorl.training.arms.stage_config,
     given by brorl.pipeline: this module imports nothing above it)."""
@@ -140,7 +140,7 @@ def group_projection(group: str, config: dict, prorl_stage=None) -> dict:
     if group == "start":
         prorl = None
         if rl.get("prorl") is not None and profile.get("start", "trained") == "trained":
-            prorl = prorl_stage(rl, "prorl") if prorl_stage else rl.get("prorl")
+            prorl = prorl_stage(rl, "prorl")
         evaluation = config.get("evaluation") or {}
         return {**{k: config.get(k) for k in ("tasks", "sft", "difficulty", "checkpoints", "rg_difficulty",
                                               "throughput")},
@@ -175,7 +175,7 @@ def base_files(files) -> list:
     return out
 
 
-def reuse_errors(base: dict, config: dict, layout: Layout, prorl_stage=None) -> list[str]:
+def reuse_errors(base: dict, config: dict, layout: Layout, prorl_stage) -> list[str]:
     """An overlay may reuse a group only if it leaves every key that group reads as the base has it
     (``prorl_stage``: :func:`group_projection`)."""
     errors = []
