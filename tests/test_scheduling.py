@@ -92,8 +92,11 @@ def test_the_default_plan_threads_and_priorities(default_plan):
     critical path before the arms (tasks, SFT, ProRL stage) and the throughput study (it measures speed) still
     run alone, and no pair of one-thread jobs outweighs an all-core job (Snakemake's ILP sums priorities)."""
     plan, _ = default_plan
-    for name in ("tiny_tasks", "sft", "prorl_stage", "throughput_study"):
+    for name in ("tiny_tasks", "throughput_study"):
         assert plan[name][0] == 2, name
+    # SFT and the ProRL stage: one core for Snakemake (torch keeps all cores' threads: torch_threads_env), so the
+    # theory jobs run beside them; still the highest priority
+    assert plan["sft"] == plan["prorl_stage"] == (1, 100)
     assert plan["difficulty_sft"][0] == plan["difficulty_prorl"][0] == 1
     arms = {j: p for j, p in plan.items() if j.startswith("train_arm/")}
     assert len(arms) == 10 and all(t == 1 for t, _ in arms.values())
@@ -101,15 +104,16 @@ def test_the_default_plan_threads_and_priorities(default_plan):
                                                                    "theory_figure3", "train_summary"))}
     assert min(p for _, p in arms.values()) > max(later.values())
     assert plan["theory_extended_sweep"][1] > max(p for _, p in arms.values())
-    one_thread = sorted((p for t, p in plan.values() if t == 1), reverse=True)
+    # SFT and the ProRL stage are never ready beside an all-core job (tiny_tasks before, the throughput study after)
+    one_thread = sorted((p for j, (t, p) in plan.items() if t == 1 and j not in ("sft", "prorl_stage")), reverse=True)
     assert one_thread[0] + one_thread[1] < min(p for t, p in plan.values() if t == 2)
 
 
 def test_replayed_on_a_measured_run_the_plan_is_shorter_and_the_arms_come_first(default_plan):
     """A run before issue 31 replayed as it ran and under the current plan (the same seconds: only the scheduling
     differs). As it ran, the arms came after the theory jobs and the evaluation of the ProRL checkpoint (issue 31:
-    the first arm waited 575 s for a core on a quiet machine); now every arm starts before any evaluation or short
-    theory job, and the replay ends earlier."""
+    the first arm waited 575 s for a core on a quiet machine); now the theory jobs run beside SFT and the ProRL
+    stage, every arm starts before any evaluation, and the replay ends earlier."""
     plan, deps = default_plan
     table = cp.read_table(BEFORE_TABLE)
     before_jobs, before = cp.replay(table, deps, None, cores=2)
@@ -117,7 +121,12 @@ def test_replayed_on_a_measured_run_the_plan_is_shorter_and_the_arms_come_first(
     arms = [j for j in jobs if j.startswith("train_arm/")]
     later = [j for j in jobs if j.startswith(("evaluate/", "theory_simulation", "theory_figure3"))]
     assert max(before.start[a] for a in arms) > min(before.start[j] for j in later)  # the old order, replayed
-    assert max(now.start[a] for a in arms) <= min(now.start[j] for j in later)
-    assert now.makespan < before.makespan - 20
-    for name in ("sft", "prorl_stage", "throughput_study"):  # all-core jobs still run alone
-        assert now.threads[name] == 2 and now.busy_cores(now.start[name]) == 2
+    evals = [j for j in jobs if j.startswith("evaluate/")]
+    assert max(now.start[a] for a in arms) <= min(now.start[j] for j in evals)
+    # The replay runs a job planned at 1 thread for its CPU seconds (brorl.scheduling), so SFT and the ProRL stage,
+    # whose torch keeps 2 threads, are replayed slower than they run (301 s for the ProRL stage's 240 s here): a
+    # conservative bound; the measured gain is in docs/results/timing/.
+    assert now.makespan < before.makespan - 5
+    assert now.threads["throughput_study"] == 2 and now.busy_cores(now.start["throughput_study"]) == 2  # alone
+    theory = [j for j in jobs if j.startswith("theory_")]
+    assert all(now.start[j] < now.end["prorl_stage"] for j in theory)  # beside SFT and the ProRL stage

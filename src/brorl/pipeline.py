@@ -169,6 +169,14 @@ ALL_CORES = "OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
 rather than spin while they wait (on a busy shared machine, spinning made 2-thread jobs 5-15x slower)."""
 
 
+def torch_threads_env(cores: int) -> str:
+    """The environment of a job that Snakemake counts as one core but whose torch runs ``cores`` threads (SFT and
+    the ProRL stage, issue 31): their numbers depend on torch's thread count (docs/speed.md, "Time"), so it stays at
+    all cores, while they use about one core's worth (301 CPU s in 256 s for the ProRL stage at 2 threads), so the
+    one-thread theory jobs run beside them instead of after them."""
+    return f"OMP_NUM_THREADS={int(cores)} OMP_WAIT_POLICY=PASSIVE "
+
+
 def stages(config: dict) -> dict[str, bool]:
     """The declared stage switches of a config: ``stages:`` over :data:`STAGES`."""
     return {**STAGES, **(config.get("stages") or {})}

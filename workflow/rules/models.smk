@@ -1,15 +1,17 @@
 # Tiny profile: the task suite, the tiny model's supervised warm start, and its difficulty profile.
 # (The paper profile starts from the fetched checkpoint instead: workflow/rules/fetch.smk.)
-# Threads and priorities (issue 21): a job that takes all cores (`threads: workflow.cores`; torch follows
+# Threads and priorities (issues 21, 31): a job that takes all cores (`threads: workflow.cores`; torch follows
 # OMP_NUM_THREADS when the config's `threads` is 0) runs alone, and Snakemake starts the highest-priority jobs
-# that fit the free cores (it never holds a core back). So the critical path (tasks -> SFT -> ProRL stage: 100)
-# and then the throughput study (all cores, 50) come first, each alone, before the one-thread jobs fill every
-# core (issue 31): the difficulty profiles (20), the extended sweep (5: the longest), the arms (4), then the short
-# theory jobs (3) and evaluations (2). Any two one-thread priorities sum below an all-core job's, so none of
-# them delays one (Snakemake's ILP sums priorities; tests/test_scheduling.py replays the plan on a measured
-# run: `benchmarks/critical_path.py --replay`). The thread count does not change the numbers
-# (README, "Time"). ALL_CORES (brorl.pipeline): the environment of an all-core job.
-from brorl.pipeline import ALL_CORES, as_json
+# that fit the free cores (it never holds a core back). The critical path (tasks -> SFT -> ProRL stage: 100) comes
+# first. SFT and the ProRL stage count as one core for Snakemake, while torch runs all cores' threads in them
+# (`torch_threads_env`: their numbers depend on torch's thread count, docs/speed.md "Time", and they use about one
+# core's worth), so the one-thread jobs that need no checkpoint (the theory jobs, the extended sweep first) run
+# beside them instead of after them. Then the throughput study (all cores, 50) alone, then the one-thread jobs fill
+# every core: the difficulty profiles (20), the extended sweep (5: the longest), the arms (4), then the short theory
+# jobs (3) and evaluations (2). Any two one-thread priorities sum below an all-core job's, so none of them delays
+# one (Snakemake's ILP sums priorities; tests/test_scheduling.py replays the plan on a measured run:
+# `benchmarks/critical_path.py --replay`). ALL_CORES (brorl.pipeline): the environment of an all-core job.
+from brorl.pipeline import ALL_CORES, as_json, torch_threads_env
 
 TASKS = PLAN.tasks  # the tiny task suite is the arms' data (profile.data)
 TASK_DIR = PLAN.task_dir  # the tiny tasks' folder
@@ -47,12 +49,12 @@ if PLAN.trained:  # the model is trained here: SFT, then the ProRL stage (profil
             PLAN.at("start", "logs/models/sft.log"),
         benchmark:
             PLAN.at("start", "logs/benchmarks/sft.tsv")
-        threads: workflow.cores
+        threads: 1  # one core for Snakemake, all cores' threads for torch (torch_threads_env, issue 31)
         priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl sft --rule {{params.rule}} --config {{params.cfg:q}}"
+            f"{torch_threads_env(workflow.cores)}brorl sft --rule {{params.rule}} --config {{params.cfg:q}}"
             f" --data {TASK_DIR} --out {{output}} 2>&1 | tee {{log}}"
 
     rule difficulty:

@@ -6,7 +6,7 @@
 # same generated-sample budget, over the configured seeds. Stage work folders (resumable checkpoints) live in
 # resources/work/ and survive a killed job: rerunning the same `snakemake` command resumes there.
 from brorl.data.training import TrainDataSettings, hub_revisions
-from brorl.pipeline import ALL_CORES, as_json
+from brorl.pipeline import as_json, torch_threads_env
 from brorl.training.arms import stage_config
 
 PRORL_STAGE = PLAN.prorl_stage  # the ProRL stage runs here (else: the arms start from rl.start_model, fetched)
@@ -67,12 +67,12 @@ if PRORL_STAGE:
             PLAN.at("start", "logs/train/prorl.log"),
         benchmark:
             PLAN.at("start", "logs/benchmarks/prorl_stage.tsv")
-        threads: workflow.cores  # on the critical path, alone (threads: workflow/rules/models.smk)
+        threads: 1  # on the critical path: one core for Snakemake, all cores' threads for torch (models.smk)
         priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{ALL_CORES}brorl train-arm --rule {{params.rule}} --config {{params.cfg:q}}"
+            f"{torch_threads_env(workflow.cores)}brorl train-arm --rule {{params.rule}} --config {{params.cfg:q}}"
             f" --arm prorl --init {{input.model}} --data {PLAN.task_dir} --work {PLAN.at('start', 'resources/work/prorl')}"
             f" --model-out {{output.model}} --results {PRORL_RESULTS} 2>&1 | tee {{log}}"
 
