@@ -55,13 +55,17 @@ STUDY_DOCS ?= docs/results/study/tail
 # the study run's config (its root: results/<root>/study/): issue 29's tail-pool run (issue 16's: study_batch.yaml,
 # STUDY_DOCS=docs/results/study/batch_vs_n)
 STUDY_CONFIG ?= config/config.yaml config/study.yaml config/study_tail.yaml
+# the verdict block it writes: empty = <!-- study-verdict:start -->; a name = <!-- study-verdict:<name>:start -->
+# (issue 29's weak-transfer run: STUDY_VERDICT=weak STUDY_DOCS=docs/results/study/weak
+#  STUDY_CONFIG="config/config.yaml config/study.yaml config/study_tail.yaml config/study_weak.yaml")
+STUDY_VERDICT ?=
 STUDY_RESULTS = results/$(shell PYTHONPATH=src $(BIN)/python -m brorl.cli root --configfile $(STUDY_CONFIG) --group study)/study
 study-docs:                ## copy the study's generated summary (results/<root>/study/ of STUDY_CONFIG) to $(STUDY_DOCS)
 	mkdir -p $(STUDY_DOCS) && cp $(STUDY_RESULTS)/summary.md $(STUDY_RESULTS)/*.csv $(STUDY_RESULTS)/*.png $(STUDY_DOCS)/
 	if [ -f $(STUDY_RESULTS)/data_tail/tail_pool.json ]; then cp $(STUDY_RESULTS)/data_tail/tail_pool.json $(STUDY_DOCS)/; fi
 	# its verdict paragraph, between the study-verdict markers of the README and docs/study.md
 	for doc in README.md docs/study.md; do \
-		PYTHONPATH=src $(BIN)/python -m brorl.study.report $(STUDY_RESULTS)/summary.md $$doc || exit 1; done
+		PYTHONPATH=src $(BIN)/python -m brorl.study.report $(STUDY_RESULTS)/summary.md $$doc $(STUDY_VERDICT) || exit 1; done
 
 # This machine's results of the last run, copied into docs/ with the date, machine and commit (README, "Results").
 RESULTS_DOCS ?= docs/results/tiny

@@ -444,6 +444,13 @@ def test_the_generated_verdict_is_spliced_into_the_readme(tmp_path):
     (tmp_path / "README.md").write_text("no markers\n")
     with pytest.raises(ValueError, match="study-verdict:start"):
         splice_verdict(tmp_path / "summary.md", tmp_path / "README.md")
+    # a named block (one per study in one document) leaves the unnamed one alone
+    from brorl.study.report import markers
+
+    weak = markers("weak")
+    (tmp_path / "README.md").write_text(f"{MARKERS[0]}\nkeep\n{MARKERS[1]}\n{weak[0]}\nold\n{weak[1]}\n")
+    splice_verdict(tmp_path / "summary.md", tmp_path / "README.md", "weak")
+    assert (tmp_path / "README.md").read_text().startswith(f"{MARKERS[0]}\nkeep\n{MARKERS[1]}\n{weak[0]}\n| a |")
 
 
 def test_late_gain_is_the_rise_over_the_second_half():

@@ -202,7 +202,9 @@ def test_select_keeps_only_the_band_and_not_the_fixed_pool():
 
 @pytest.mark.parametrize("delta, p, outcome", [(0.02, 0.01, "supported"), (0.005, 0.001, "not supported (not resolved"),
                                                (0.02, 0.2, "not supported (not resolved"),
-                                               (-0.02, 0.01, "not supported (N=16 is better")])
+                                               (-0.02, 0.01, "not supported (N=16 is better on the band, by 0.0200)"),
+                                               (-0.0002, 0.037, "not supported (N=16 is better on the band, by 0.0002: "
+                                                                "smaller than the margin 0.01")])
 def test_the_decision_rule(delta, p, outcome):
     from brorl.study.report import decide
 

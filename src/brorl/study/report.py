@@ -824,15 +824,22 @@ def _saturation_figure(premise, path) -> None:
 MARKERS = ("<!-- study-verdict:start -->", "<!-- study-verdict:end -->")
 
 
-def splice_verdict(summary_md, readme) -> None:
-    """Copy the summary's generated verdict paragraph into ``readme`` between :data:`MARKERS` (make study-docs)."""
+def markers(name: str = "") -> tuple[str, str]:
+    """The verdict block's markers: :data:`MARKERS`, or ``<!-- study-verdict:<name>:start -->`` ... for a named
+    study (``make study-docs STUDY_VERDICT=<name>``: one block per study in the same document)."""
+    return MARKERS if not name else (f"<!-- study-verdict:{name}:start -->", f"<!-- study-verdict:{name}:end -->")
+
+
+def splice_verdict(summary_md, readme, name: str = "") -> None:
+    """Copy the summary's generated verdict paragraph into ``readme`` between :func:`markers` (make study-docs)."""
     text = Path(summary_md).read_text()
     verdict = text.split("## Verdict\n\n", 1)[1].split("\n## ", 1)[0].strip()  # the whole section: table + sentences
     doc = Path(readme).read_text()
-    if not all(m in doc for m in MARKERS):
-        raise ValueError(f"{readme}: no {MARKERS[0]} ... {MARKERS[1]} block to write the verdict into")
-    head, rest = doc.split(MARKERS[0], 1)
-    write_text(readme, f"{head}{MARKERS[0]}\n{verdict}\n{MARKERS[1]}{rest.split(MARKERS[1], 1)[1]}")
+    start, end = markers(name)
+    if not (start in doc and end in doc):
+        raise ValueError(f"{readme}: no {start} ... {end} block to write the verdict into")
+    head, rest = doc.split(start, 1)
+    write_text(readme, f"{head}{start}\n{verdict}\n{end}{rest.split(end, 1)[1]}")
 
 
 
@@ -912,7 +919,7 @@ def retest_csv(summary_md, out_csv) -> int:
     return len(rows)
 
 
-if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD | --retest SUMMARY_MD | --retest-csv SUMMARY_MD OUT_CSV
+if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD [NAME] | --retest SUMMARY_MD | --retest-csv ...
     import sys
 
     if sys.argv[1] == "--retest":
@@ -920,7 +927,7 @@ if __name__ == "__main__":  # python -m brorl.study.report SUMMARY_MD README_MD 
     elif sys.argv[1] == "--retest-csv":
         print(f"{retest_csv(sys.argv[2], sys.argv[3])} comparisons -> {sys.argv[3]}")
     else:
-        splice_verdict(*sys.argv[1:3])
+        splice_verdict(*sys.argv[1:4])
 
 
 def _refill_note(study: dict) -> str:
@@ -1024,8 +1031,12 @@ def decide(rule: dict, band: dict) -> str:
         return f"not testable ({band.get('why')})"
     if band["delta"] > rule["margin"] and band["p_two_sided"] < rule["alpha"]:
         return "supported"
+    where = "the training pool" if rule.get("prompts") == "train_pool" else "the band"
     if band["delta"] < 0 and band["p_two_sided"] < rule["alpha"]:
-        return "not supported (N=16 is better on the band)"
+        small = abs(band["delta"]) <= rule["margin"]
+        return (f"not supported (N=16 is better on {where}, by {abs(band['delta']):.4f}"
+                + (f": smaller than the margin {rule['margin']:g}, so neither arm is ahead by the rule's own measure)"
+                   if small else ")"))
     return "not supported (not resolved at this margin and alpha)"
 
 
