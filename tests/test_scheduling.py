@@ -130,3 +130,20 @@ def test_replayed_on_a_measured_run_the_plan_is_shorter_and_the_arms_come_first(
     assert now.threads["throughput_study"] == 2 and now.busy_cores(now.start["throughput_study"]) == 2  # alone
     theory = [j for j in jobs if j.startswith("theory_")]
     assert all(now.start[j] < now.end["prorl_stage"] for j in theory)  # beside SFT and the ProRL stage
+
+
+def test_one_core_jobs_keep_all_cores_threads_in_every_library():
+    """SFT and the ProRL stage count as one core for Snakemake, which then exports each thread variable at 1 in the
+    job's shell (snakemake/shell.py); torch_threads_env must set every one of them back to all cores (MKL_NUM_THREADS
+    left at 1 under OMP_NUM_THREADS=2 changed the SFT checkpoint, issue 31)."""
+    import inspect
+    import re
+
+    import snakemake.shell
+
+    from brorl.pipeline import THREAD_VARS, torch_threads_env
+
+    exported = set(re.findall(r'envvars\["(\w+)"\] = threads', inspect.getsource(snakemake.shell)))
+    assert "MKL_NUM_THREADS" in exported and exported <= set(THREAD_VARS)
+    env = dict(kv.split("=") for kv in torch_threads_env(2).split())
+    assert all(env[v] == "2" for v in THREAD_VARS) and env["OMP_WAIT_POLICY"] == "PASSIVE"

@@ -169,12 +169,19 @@ ALL_CORES = "OMP_NUM_THREADS={threads} OMP_WAIT_POLICY=PASSIVE "
 rather than spin while they wait (on a busy shared machine, spinning made 2-thread jobs 5-15x slower)."""
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+"""What Snakemake sets to a job's ``threads`` in its shell (snakemake/shell.py): MKL's own threads among them."""
+
+
 def torch_threads_env(cores: int) -> str:
     """The environment of a job that Snakemake counts as one core but whose torch runs ``cores`` threads (SFT and
     the ProRL stage, issue 31): their numbers depend on torch's thread count (docs/speed.md, "Time"), so it stays at
     all cores, while they use about one core's worth (301 CPU s in 256 s for the ProRL stage at 2 threads), so the
-    one-thread theory jobs run beside them instead of after them."""
-    return f"OMP_NUM_THREADS={int(cores)} OMP_WAIT_POLICY=PASSIVE "
+    one-thread theory jobs run beside them instead of after them. Every variable of :data:`THREAD_VARS` is set, not
+    only OMP_NUM_THREADS: Snakemake exports them all at the job's ``threads`` (1 here), and MKL_NUM_THREADS=1 under
+    OMP_NUM_THREADS=2 changed the SFT checkpoint (a run of 2026-12-06: its first validation differed at 1e-11)."""
+    return " ".join(f"{v}={int(cores)}" for v in THREAD_VARS) + " OMP_WAIT_POLICY=PASSIVE "
 
 
 def stages(config: dict) -> dict[str, bool]:
