@@ -342,7 +342,7 @@ def report(row: dict) -> None:
 def add_ceiling(rows: list[dict], ceiling: list[dict], params: int) -> None:
     square = {r["precision"]: float(r["gflops"]) for r in ceiling if r["shape"].startswith("square")}
     for r in rows:
-        rate = square.get("fp32" if r["precision"] == "fp32" else "bf16")
+        rate = square.get("fp32" if r["precision"] in ("fp32", "f32") else "bf16")
         if rate:
             r["ceiling_tokens_per_s"] = round(rate * 1e9 / (2 * params), 1)
             r["ceiling_fraction"] = round(float(r["tokens_per_s"]) / r["ceiling_tokens_per_s"], 3)
