@@ -145,5 +145,7 @@ def test_one_core_jobs_keep_all_cores_threads_in_every_library():
 
     exported = set(re.findall(r'envvars\["(\w+)"\] = threads', inspect.getsource(snakemake.shell)))
     assert "MKL_NUM_THREADS" in exported and exported <= set(THREAD_VARS)
-    env = dict(kv.split("=") for kv in torch_threads_env(2).split())
+    env = dict(kv.split("=") for kv in torch_threads_env().format(resources=type("R", (), {"torch_threads": 2})).split())
     assert all(env[v] == "2" for v in THREAD_VARS) and env["OMP_WAIT_POLICY"] == "PASSIVE"
+    # a template: the rule's code stays the same whatever --cores is (Snakemake's code trigger would rerun it)
+    assert "{resources.torch_threads}" in torch_threads_env()

@@ -174,14 +174,16 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GO
 """What Snakemake sets to a job's ``threads`` in its shell (snakemake/shell.py): MKL's own threads among them."""
 
 
-def torch_threads_env(cores: int) -> str:
-    """The environment of a job that Snakemake counts as one core but whose torch runs ``cores`` threads (SFT and
+def torch_threads_env() -> str:
+    """The environment of a job that Snakemake counts as one core but whose torch runs all cores' threads (SFT and
     the ProRL stage, issue 31): their numbers depend on torch's thread count (docs/speed.md, "Time"), so it stays at
     all cores, while they use about one core's worth (301 CPU s in 256 s for the ProRL stage at 2 threads), so the
     one-thread theory jobs run beside them instead of after them. Every variable of :data:`THREAD_VARS` is set, not
     only OMP_NUM_THREADS: Snakemake exports them all at the job's ``threads`` (1 here), and MKL_NUM_THREADS=1 under
-    OMP_NUM_THREADS=2 changed the SFT checkpoint (a run of 2026-12-06: its first validation differed at 1e-11)."""
-    return " ".join(f"{v}={int(cores)}" for v in THREAD_VARS) + " OMP_WAIT_POLICY=PASSIVE "
+    OMP_NUM_THREADS=2 changed the SFT checkpoint (a run of 2026-12-06: its first validation differed at 1e-11).
+    A shell template: the rule declares ``resources: torch_threads=workflow.cores`` (a resource, so the rule's code
+    does not change with ``--cores``, which would make Snakemake's code trigger rerun it)."""
+    return " ".join(f"{v}={{resources.torch_threads}}" for v in THREAD_VARS) + " OMP_WAIT_POLICY=PASSIVE "
 
 
 def stages(config: dict) -> dict[str, bool]:

@@ -50,11 +50,13 @@ if PLAN.trained:  # the model is trained here: SFT, then the ProRL stage (profil
         benchmark:
             PLAN.at("start", "logs/benchmarks/sft.tsv")
         threads: 1  # one core for Snakemake, all cores' threads for torch (torch_threads_env, issue 31)
+        resources:
+            torch_threads=workflow.cores,
         priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{torch_threads_env(workflow.cores)}brorl sft --rule {{params.rule}} --config {{params.cfg:q}}"
+            f"{torch_threads_env()}brorl sft --rule {{params.rule}} --config {{params.cfg:q}}"
             f" --data {TASK_DIR} --out {{output}} 2>&1 | tee {{log}}"
 
     rule difficulty:

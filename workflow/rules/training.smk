@@ -68,11 +68,13 @@ if PRORL_STAGE:
         benchmark:
             PLAN.at("start", "logs/benchmarks/prorl_stage.tsv")
         threads: 1  # on the critical path: one core for Snakemake, all cores' threads for torch (models.smk)
+        resources:
+            torch_threads=workflow.cores,
         priority: 100
         conda:
             "../envs/brorl.yaml"
         shell:
-            f"{torch_threads_env(workflow.cores)}brorl train-arm --rule {{params.rule}} --config {{params.cfg:q}}"
+            f"{torch_threads_env()}brorl train-arm --rule {{params.rule}} --config {{params.cfg:q}}"
             f" --arm prorl --init {{input.model}} --data {PLAN.task_dir} --work {PLAN.at('start', 'resources/work/prorl')}"
             f" --model-out {{output.model}} --results {PRORL_RESULTS} 2>&1 | tee {{log}}"
 
