@@ -9,8 +9,8 @@ Every file under both roots is read as the same relative path:
 - CSV: the same, per column (a column named like :data:`VOLATILE` is left out);
 - ``mlflow_run_id``, the throughput study's table (all speeds), ``*.dvc`` (hashes of the folders, which hold the files above) and figures (``.png``: drawn from
   the CSVs beside them, some against wall time) are listed as skipped;
-- any other file (markdown tables) is compared line by line, leaving out lines whose differing cells all look like
-  timings (the throughput table, hours on the x axis).
+- any other file (markdown) is compared line by line with MLflow run ids, "<n> s" durations and "<n>/s" rates
+  blanked; in a table, cells under a header named like :data:`VOLATILE` are left out.
 
 Prints a table of the files (identical bytes / equal apart from the left-out keys / differing) and, for each
 differing file, its first differing values. Exit status 1 when a file differs in anything not left out.
@@ -79,8 +79,6 @@ def csv_diff(a: bytes, b: bytes, name: str = "") -> list[str]:
 
 RUN_ID = re.compile(r"\b[0-9a-f]{32}\b")
 SECONDS = re.compile(r"[\d,.]+ s\b")
-
-
 RATE = re.compile(r"[\d,.]+/s\b")
 RATIO = re.compile(r"= [\d.]+×")
 
