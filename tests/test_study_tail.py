@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from brorl.paths import PROJECT_ROOT
+from brorl.config import PROJECT_ROOT
 from brorl.pipeline import load_config
 from brorl.study import heldout as H
 from brorl.study.plan import (BASE, REFILL, _axes, all_settings, arm_jobs, arm_spec, premise_stage, stage_for,

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from brorl.paths import PROJECT_ROOT
+from brorl.config import PROJECT_ROOT
 from brorl.pipeline import load_config
 from brorl.study import heldout as H
 from brorl.study.plan import arm_jobs, settings_names, stage_for, study_errors

@@ -18,7 +18,7 @@ import yaml
 from snakemake.parser import parse
 
 from brorl.config import ConfigError, merge_configs
-from brorl.paths import PROJECT_ROOT
+from brorl.config import PROJECT_ROOT
 from brorl.pipeline import STAGES, Plan, stage_errors, stages, validate_config
 
 RULE_FILES = sorted((PROJECT_ROOT / "workflow" / "rules").glob("*.smk"))

@@ -6,7 +6,8 @@ config key (as a dotted path, e.g. ``theory.simulation.n_rollouts[0]``) and the 
 
 Constraints that JSON Schema cannot express (relations between keys) are checked in
 :func:`cross_field_errors`, and non-finite numbers (``.inf``, ``.nan``) anywhere in :func:`nonfinite_errors`.
-This module is the ground floor of the package (it imports none of it but :mod:`brorl.paths`): the checks that
+This module is the ground floor of the package (it imports none of it; it also says where the project is,
+:data:`PROJECT_ROOT`, for the modules that read files beside the code): the checks that
 need other packages (arms, launch, task families, data settings, the study plan) live in those packages and reach
 :func:`validate_config` as ``checks``, gathered by :func:`brorl.pipeline.config_errors`; the pipeline's entry
 points (:mod:`brorl.pipeline`: ``load_config``, ``validate_workflow_config``, ``check_config_files``) pass them.
@@ -32,7 +33,9 @@ from typing import Any
 
 import yaml
 
-from brorl.paths import PROJECT_ROOT, SCHEMA_PATH  # noqa: F401 -- PROJECT_ROOT: for the callers that read both
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""Where the project is: the folders the package reads beside its code (the schema, the accelerate configs)."""
+SCHEMA_PATH = PROJECT_ROOT / "workflow" / "schemas" / "config.schema.yaml"
 
 
 Checks = Callable[[dict, list], list]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from brorl.paths import PROJECT_ROOT
+from brorl.config import PROJECT_ROOT
 
 ACCELERATE_DIR = PROJECT_ROOT / "workflow" / "accelerate"
 CONFIGS = ("fsdp2", "zero3", "cpu", "fsdp2-cpu")

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from brorl.paths import PROJECT_ROOT
+from brorl.config import PROJECT_ROOT
 
 GIB = 1024 ** 3
 HEAD_TOKEN_TILE = 4096
