@@ -20,7 +20,7 @@ COMBOS = {"study": ["config/config.yaml", "config/study.yaml"],
           "ci": ["tests/configs/ci.yaml"],
           "paper_study": ["config/paper.yaml", "config/paper_study.yaml"]}
 TAIL = ["config/config.yaml", "config/study.yaml", "config/study_tail.yaml"]
-TAIL_MORE = TAIL + ["config/study_tail_more.yaml"]  # + the premise run and the refill variant (declared, not run)
+TAIL_MORE = TAIL + ["config/study_tail_more.yaml"]  # + the refill variant (declared, not run)
 
 
 def cfg_of(files):
@@ -149,12 +149,13 @@ def test_premise_stage_is_continued_n16_with_the_slope_stop_and_its_budget():
 def test_the_tail_overlay_runs_brorls_comparison_on_the_tail_pool_with_five_seeds():
     from brorl.study.plan import premise_seeds, settings_names
 
-    run = cfg_of(TAIL)["study"]  # what was run: three settings (4 distinct arm jobs), the premise declared, not run
-    assert premise_seeds(run) == [] and settings_names(run) == ["tail_comparison", "tail_comparison_const", "tail_equal_step"]
+    run = cfg_of(TAIL)["study"]  # what was run: three settings (4 distinct arm jobs) and the premise run, 3 seeds
+    assert premise_seeds(run) == [0, 1, 2]
+    assert settings_names(run) == ["tail_comparison", "tail_comparison_const", "tail_equal_step"]
     assert len(arm_jobs(cfg_of(TAIL)["rl"], run)) == 4
     cfg = cfg_of(TAIL_MORE)
     rl, study = cfg["rl"], cfg["study"]
-    assert premise_seeds(study) == [0]
+    assert premise_seeds(study) == [0, 1, 2]
     assert study["seeds"] == [0, 1, 2, 3, 4] and study["decision"] == {"setting": "tail_comparison", "margin": 0.01,
                                                                         "alpha": 0.05}
     assert study_errors(cfg) == []
@@ -229,7 +230,7 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
 
     cfg = cfg_of(TAIL)
     rl, study = cfg["rl"], {**cfg["study"], "include": ["tail_comparison", "tail_comparison_const", "tail_equal_step"]}
-    # run: false (config/study_tail.yaml as run): no premise folder; the first line says so, with a cost estimate
+    # run: false: no premise folder; the first line says so, with a cost estimate
     study["premise"] = {**study["premise"], "run": stopped is not None}
     rng = np.random.default_rng(3)
     start = np.concatenate([rng.uniform(0.003, 0.06, 40), rng.uniform(0.2, 0.9, 160)])  # 40 test prompts in the band
@@ -282,6 +283,20 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     # the equal-per-step partner (N=16 x 1,024 vs N=512 x 32 at 3e-4) has its own row: +0.03 on the full test set
     assert "| larger N beats N=16 at equal samples per step and equal steps (tail_equal_step) |" in verdict
     assert "## The premise: does" not in md  # tail-pool N=16 arms do not test the start's saturation
+    # verdicts.csv holds every decision's per-seed values (issue 29: seeds are the unit, per-seed values in the CSVs)
+    import csv
+
+    rows = {(r["comparison"], r["kind"]): r for r in csv.DictReader(open(tmp_path / "verdicts.csv"))}
+    band = rows[("tail_comparison", "band: best larger N - N=16")]
+    assert band["verdict"] == "won" and len(band["per_seed"].split()) == 5 and band["prompts"] == "40"
+    assert float(band["seed_p"]) < 0.05 and abs(float(band["delta"]) - 0.04) < 0.005
+    pool = rows[("tail_comparison", "training pool: best larger N - N=16")]  # no per-prompt pool p written here
+    assert pool["seed_test"] == "not testable (no per-prompt training-pool p in the arms' heldout.npz)"
+    premise = rows.get(("premise run", "premise run: end - start"))
+    if stopped is None:
+        assert premise is None
+    else:  # one seed written: its gain is listed, not testable
+        assert premise["seed_test"].startswith("not testable") and abs(float(premise["per_seed"]) - 0.01) < 1e-6
 
 
 def test_premise_declared_not_run_has_no_seeds_to_run():

@@ -181,7 +181,7 @@ def write_summary(rl: dict, study: dict, results_dir, md_path, csv_path, png_del
     earlier = earlier_section(study)
     out = Path(md_path).parent
     _seed_csv(plan, arm_of, out / "seeds.csv")
-    _verdict_csv(verdicts, factorial, premise, out / "verdicts.csv")
+    _verdict_csv(verdicts, factorial, premise, out / "verdicts.csv", measured, tail)
     _figures(study, plan, arm_of, verdicts, png_delta, png_base)
     _budget_figure(study, verdicts, out / "budget.png")
     runs = measured["runs"] if measured else []
@@ -227,16 +227,27 @@ VERDICT_COLUMNS = ("comparison", "kind", "delta", "per_seed", "seeds", "seed_tes
                    "prompt_t", "prompt_p", "prompts", "verdict")
 
 
-def _verdict_csv(verdicts, factorial, premise, path) -> None:
-    """Every comparison with its seed-level test (it decides) and the prompt-level one (``verdicts.csv``)."""
+def _verdict_csv(verdicts, factorial, premise, path, measured=None, tail=None) -> None:
+    """Every comparison with its seed-level test (it decides) and the prompt-level one (``verdicts.csv``): the
+    measured premise run (``premise run: end - start``), the N=16 arms' premise tests, each setting on the full test
+    set, on the tail pool's band and on its training pool, the factorial's effects."""
     def row(name, kind, t, verdict):
+        prompt = t.get("prompt") or {}
         return {"comparison": name, "kind": kind, "delta": t["delta"], "per_seed": " ".join(f"{x:.6g}" for x in t["seed_deltas"]),
                 "seeds": t["seeds"], "seed_test": t["test"] if t.get("testable") else f"not testable ({t['why']})",
-                "seed_t": t["t"], "seed_df": t["df"], "seed_p": t["p_two_sided"], "prompt_t": t["prompt"]["t"],
-                "prompt_p": t["prompt"]["p_two_sided"], "prompts": t["prompt"]["prompts"], "verdict": verdict}
+                "seed_t": t.get("t", math.nan), "seed_df": t.get("df", math.nan), "seed_p": t["p_two_sided"],
+                "prompt_t": prompt.get("t", math.nan), "prompt_p": prompt.get("p_two_sided", math.nan),
+                "prompts": prompt.get("prompts", ""), "verdict": verdict}
 
-    rows = [row(r["arm"], "premise: end - start", r, "gain" if r["significant_gain"] else seed_verdict(r)) for r in premise]
+    rows = []
+    if measured and measured.get("runs"):
+        g = measured["gain"]
+        rows.append(row("premise run", "premise run: end - start", g, "gain" if seed_verdict(g) == "won" else seed_verdict(g)))
+    rows += [row(r["arm"], "premise: end - start", r, "gain" if r["significant_gain"] else seed_verdict(r)) for r in premise]
     rows += [row(s, "best larger N - N=16", v, v["verdict"]) for s, v in verdicts.items()]
+    for s, t in ((tail or {}).get("settings") or {}).items():
+        rows += [row(s, "band: best larger N - N=16", t["band"], t["band"]["verdict"]),
+                 row(s, "training pool: best larger N - N=16", t["train_pool"], t["train_pool"]["verdict"])]
     if factorial:
         rows += [row(f"factorial {name}", "effect", e, seed_verdict(e)) for name, e in factorial["effects"].items()]
     with atomic_open(path, newline="") as f:
@@ -960,7 +971,8 @@ def premise_run(study: dict, results: Path) -> dict | None:
     fired = [s for s in runs if _stopped(s) == "plateau"]
     n = runs[0]["n_rollouts"][0]
     at = [float(s["generated_samples"]) for s in fired]
-    gain = one_sample([float(s["p_end"].mean() - s["p_start"].mean()) for s in runs])
+    gains = [float(s["p_end"].mean() - s["p_start"].mean()) for s in runs]
+    gain = {**one_sample(gains), "seed_deltas": gains}  # held-out mean@k, end - start, per seed
     rule = (f"slope stop: one-sided 95% upper bound of the OLS slope of validation pass@1 over the last "
             f"{p['plateau_window']} probes (every {p['probe_every']} steps) below {p['plateau_slope']:g} per probe")
     if len(fired) == len(runs):
