@@ -276,6 +276,8 @@ def test_summary_opens_with_the_premise_then_the_tail_pool(tmp_path, stopped, fi
     premise_row = "| the premise, measured (continued N=16 plateaus by the slope stop) | " + (
         "premise run, 1 seed(s), budget 786,432" if stopped else "not run (budget 786,432 samples; at least 64 min")
     assert premise_row in verdict
+    if stopped:  # the held-out gain of the one seed written, with its seed-level test (not testable: 1 seed < 3)
+        assert "(Δ: held-out mean@k, end - start) | +0.0100 | not testable" in verdict
     assert {"plateau": "**holds**", "sample_budget": "**does not hold within the budget**",
             None: "**not testable (not run)**"}[stopped] in verdict
     assert "| BroRL's mechanism on the tail pool (decision rule: Δ on the band > 0.01, p < 0.05) |" in verdict \

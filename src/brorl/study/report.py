@@ -616,7 +616,8 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
         reading = ("holds" if measured["fired"] == n else "does not hold within the budget" if not measured["fired"]
                    else f"not resolved (plateau in {measured['fired']} of {n} seeds)")
         rows.append((f"the premise, measured (continued N={ref_n} plateaus by the slope stop)",
-                     f"premise run, {n} seed(s), budget {measured['budget']:,} samples", None, reading))
+                     f"premise run, {n} seed(s), budget {measured['budget']:,} samples (Δ: held-out mean@k, end - start)",
+                     measured["gain"], reading))
     if tail and tail.get("outcome"):
         d = tail["decision"]
         r = tail["settings"][d["setting"]]
@@ -972,7 +973,7 @@ def premise_run(study: dict, results: Path) -> dict | None:
     n = runs[0]["n_rollouts"][0]
     at = [float(s["generated_samples"]) for s in fired]
     gains = [float(s["p_end"].mean() - s["p_start"].mean()) for s in runs]
-    gain = {**one_sample(gains), "seed_deltas": gains}  # held-out mean@k, end - start, per seed
+    gain = {**one_sample(gains), "seed_deltas": gains, "prompt": {"p_two_sided": math.nan}}  # held-out mean@k, per seed
     rule = (f"slope stop: one-sided 95% upper bound of the OLS slope of validation pass@1 over the last "
             f"{p['plateau_window']} probes (every {p['probe_every']} steps) below {p['plateau_slope']:g} per probe")
     if len(fired) == len(runs):
