@@ -453,6 +453,23 @@ def test_the_generated_verdict_is_spliced_into_the_readme(tmp_path):
     assert (tmp_path / "README.md").read_text().startswith(f"{MARKERS[0]}\nkeep\n{MARKERS[1]}\n{weak[0]}\n| a |")
 
 
+def test_the_summary_is_dated_with_its_machine_and_load_and_the_splice_carries_it(tmp_path):
+    """issue 29: make study-docs regenerates the verdict dated with its machine and load (the summary's last line)."""
+    import os
+    import re
+
+    from brorl.study.report import MARKERS, STAMP, run_stamp, splice_verdict
+
+    stamp = run_stamp()
+    assert stamp.startswith(STAMP) and f"{os.cpu_count()} cores" in stamp
+    assert re.search(r" \d{4}-\d\d-\d\d \d\d:\d\d UTC on ", stamp)
+    assert re.search(r"load average \(1 / 5 / 15 min\) then [\d.]+ / [\d.]+ / [\d.]+\._$", stamp)
+    (tmp_path / "summary.md").write_text(f"# S\n\n## Verdict\n\n| a |\n|---|\n\nWhat was compared: x.\n\n## Next\n\n{stamp}\n")
+    (tmp_path / "README.md").write_text(f"{MARKERS[0]}\nold\n{MARKERS[1]}\n")
+    splice_verdict(tmp_path / "summary.md", tmp_path / "README.md")
+    assert (tmp_path / "README.md").read_text() == f"{MARKERS[0]}\n| a |\n|---|\n\nWhat was compared: x.\n\n{stamp}\n{MARKERS[1]}\n"
+
+
 def test_late_gain_is_the_rise_over_the_second_half():
     from brorl.study.report import late_gain
 
