@@ -666,7 +666,8 @@ def _claims(verdicts, factorial, premise, study, ref_n, measured=None, tail=None
                      None, "contradicts: ended below the start under " + ", ".join(diverged)))
     table = ["| claim | what was compared | Δ | seed-level p | prompt-level p | reading |", "|---|---|---|---|---|---|"]
     for claim, what, t, reading in rows:
-        cells = (f"{t['delta']:+.4f} | {describe(t)} | {_p(t['prompt']['p_two_sided'])}" if t is not None
+        cells = (f"{t['delta']:+.4f} | {describe(t)} | {_p((t.get('prompt') or {}).get('p_two_sided', math.nan))}"
+                 if t is not None
                  else "– | – | –")
         table.append(f"| {claim} | {what} | {cells} | **{reading}** |")
     said = lambda *starts: [c for c, _, _, r in rows if r.startswith(starts)]  # noqa: E731
@@ -1002,7 +1003,7 @@ def premise_run(study: dict, results: Path) -> dict | None:
     n = runs[0]["n_rollouts"][0]
     at = [float(s["generated_samples"]) for s in fired]
     gains = [float(s["p_end"].mean() - s["p_start"].mean()) for s in runs]
-    gain = {**one_sample(gains), "seed_deltas": gains, "prompt": {"p_two_sided": math.nan}}  # held-out mean@k, per seed
+    gain = {**one_sample(gains), "seed_deltas": gains}  # held-out mean@k, end - start, per seed (no prompt-level test)
     rule = (f"slope stop: one-sided 95% upper bound of the OLS slope of validation pass@1 over the last "
             f"{p['plateau_window']} probes (every {p['probe_every']} steps) below {p['plateau_slope']:g} per probe")
     if len(fired) == len(runs):
