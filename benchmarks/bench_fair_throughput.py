@@ -7,8 +7,10 @@ end token), temperature 1, no top-k / top-p / min-p / penalties, ``--threads`` t
 16 tokens) per engine, then ``--repeats`` timed runs per cell: median, min, max. Engines, each at its precision:
 
 - ``hf`` (TRL's path: ``model.generate(num_return_sequences=N)``), ``shared_prompt``, ``prefix_tree`` (the
-  project's engines, brorl.models.sampling) on the converted HF folder, fp32 and bf16 (the model cast with
-  ``.to(torch.bfloat16)``); torch's intra-op pool of ``--threads`` threads (the Python thread is one of them);
+  project's engines, brorl.models.sampling, with the tiny profile's ``token_draw: multinomial``) and
+  ``prefix_tree+inverse_cdf`` (the small profile's ``token_draw: inverse_cdf``) on the converted HF folder, fp32
+  and bf16 (the model loaded with ``dtype=torch.bfloat16``); torch's intra-op pool of ``--threads`` threads (the
+  Python thread is one of them);
 - ``llama_cpp_batched`` (llama-cpp-python's low-level API, the logic of llama.cpp's ``batched`` example: one
   prompt decode on sequence 0, its KV cells shared with sequences 1..N-1 through ``llama_memory_seq_cp``, then one
   ``llama_decode`` per step over the N live sequences, each sampled by a ``dist`` sampler: T = 1, nothing else), on
@@ -50,9 +52,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "small" / "throughput"
 ENGINES = ("hf/fp32", "shared_prompt/fp32", "prefix_tree/fp32", "hf/bf16", "shared_prompt/bf16", "prefix_tree/bf16",
+           "prefix_tree+inverse_cdf/fp32", "prefix_tree+inverse_cdf/bf16",
            "llama_cpp_batched/f32", "llama_cpp_batched/bf16", "llama_cpp_batched/f16", "llama_cpp_batched/q4_1",
            "vllm/fp32", "vllm_no_prefix_cache/fp32", "vllm/bf16", "vllm_no_prefix_cache/bf16")
-PROJECT = ("shared_prompt", "prefix_tree")
+PROJECT = ("shared_prompt", "prefix_tree", "prefix_tree+inverse_cdf")  # engine[+token_draw]; default: multinomial
 COLUMNS = ("engine", "precision", "n", "new_tokens", "prompt_tokens", "repeats", "seconds_median", "seconds_min",
            "seconds_max", "samples_per_s", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max",
            "generated_tokens", "ceiling_tokens_per_s", "ceiling_fraction", "threads", "load_avg", "note")
@@ -174,8 +177,9 @@ def torch_cells(engine: str, precision: str, model_dir: Path, prompt: list[int],
             new = out[:, len(prompt):]
             assert new.shape == (n, t), new.shape
             return new.numel()
-        ids = SAMPLERS[engine](model, [prompt], n, t, eos_id=-1, pad_id=cfg.pad_token_id, temperature=1.0,
-                               seed=seed, chunk_samples=max(1024, n))[0]
+        name, _, draw = engine.partition("+")
+        ids = SAMPLERS[name](model, [prompt], n, t, eos_id=-1, pad_id=cfg.pad_token_id, temperature=1.0,
+                             seed=seed, chunk_samples=max(1024, n), draw=draw or "multinomial")[0]
         assert ids.shape == (n, t), ids.shape
         return ids.numel()
 

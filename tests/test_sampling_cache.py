@@ -1,6 +1,8 @@
 """The samplers' preallocated KV cache (``brorl.models.sampling.PreallocatedLayer``): the same sampled tokens for
 the same seed as the concatenating ``DynamicCache`` it replaced (both engines, with end tokens that drop rows and
-prefix-tree steps that copy rows), and the layer's own bookkeeping (growth, row selection, repetition)."""
+prefix-tree steps that copy rows), the prefix tree's re-seating of cache rows (``_reseat``: only changed rows are
+copied, same tokens as gathering the whole cache in node order), and the layer's own bookkeeping (growth, row
+selection, repetition, row moves)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,13 @@ def concatenating(cache, new_tokens, repeats=1):
     return cache
 
 
+def gathering(cache, slot, parent):
+    """The prefix tree's cache rows before issue 31: the whole cache gathered in node order at every step
+    (``slot`` is then always the identity)."""
+    cache.batch_select_indices(parent)
+    return torch.arange(parent.shape[0])
+
+
 @pytest.mark.parametrize("engine", ["shared_prompt", "prefix_tree"])
 @pytest.mark.parametrize("eos", [EOS, -1])
 def test_same_tokens_as_the_concatenating_cache(model, monkeypatch, engine, eos):
@@ -32,6 +41,7 @@ def test_same_tokens_as_the_concatenating_cache(model, monkeypatch, engine, eos)
     new = sampler(model, PROMPTS, 24, 7, eos_id=eos, pad_id=PAD, seed=5, chunk_samples=48)
     with monkeypatch.context() as m:
         m.setattr(sampling, "preallocate", concatenating)
+        m.setattr(sampling, "_reseat", gathering)
         old = sampler(model, PROMPTS, 24, 7, eos_id=eos, pad_id=PAD, seed=5, chunk_samples=48)
     assert len(new) == len(old) == len(PROMPTS)
     for a, b in zip(new, old):
@@ -82,3 +92,52 @@ def test_split_counts_equals_the_dense_tally(counts):
     for a, b in zip(new, old):
         assert torch.equal(a, b)
     assert int(new[2].sum()) == int(counts.sum())
+
+
+@pytest.mark.parametrize("eos", [EOS, -1])
+def test_reseating_gives_the_tokens_of_gathering_in_node_order(model, monkeypatch, eos):
+    """The same preallocated cache either way: only the row placement differs (and it did move rows)."""
+    moved = []
+    real = sampling._reseat
+
+    def counting(cache, slot, parent):
+        new = real(cache, slot, parent)
+        moved.append(not torch.equal(new, torch.arange(new.shape[0])))
+        return new
+
+    monkeypatch.setattr(sampling, "_reseat", counting)
+    new = sampling.sample_token_ids_tree(model, PROMPTS, 24, 7, eos_id=eos, pad_id=PAD, seed=5, chunk_samples=48)
+    assert any(moved)  # some step left nodes off their node-order row
+    monkeypatch.setattr(sampling, "_reseat", gathering)
+    old = sampling.sample_token_ids_tree(model, PROMPTS, 24, 7, eos_id=eos, pad_id=PAD, seed=5, chunk_samples=48)
+    for a, b in zip(new, old):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("parent, slot", [
+    ([0, 0, 0, 1, 3, 3], [2, 0, 3, 1]),   # splits: extra children go to new rows
+    ([1, 3], [0, 1, 2, 3]),               # nodes 0 and 2 ended: node 3's child moves down into a free row
+    ([2, 2, 2], [3, 1, 0]),               # one node splits three ways into the rows of nodes that ended
+    ([0] * 7, [0]),                       # more live rows than the buffer holds: it grows
+    ([0, 1, 2], [0, 1, 2]),               # nothing split: no copy
+])
+def test_reseat_puts_each_child_on_a_copy_of_its_parent(parent, slot):
+    g = torch.Generator().manual_seed(2)
+    rows = max(slot) + 1
+    k, v = torch.randn(rows, 3, 4, 5, generator=g), torch.randn(rows, 3, 4, 5, generator=g)
+    layer = sampling.PreallocatedLayer(k, v, capacity=6)
+    before_k, before_v = layer.keys.clone(), layer.values.clone()
+    cache = type("Cache", (), {"layers": [layer]})()
+    buf = layer._k
+    parent, slot = torch.tensor(parent), torch.tensor(slot)
+    new = sampling._reseat(cache, slot, parent)
+    assert sorted(new.tolist()) == list(range(len(parent)))  # the live rows are exactly 0..b-1
+    assert layer.keys.shape[0] == len(parent)
+    for child, p in enumerate(parent.tolist()):
+        assert torch.equal(layer.keys[new[child]], before_k[slot[p]])
+        assert torch.equal(layer.values[new[child]], before_v[slot[p]])
+    first = [i == 0 or parent[i] != parent[i - 1] for i in range(len(parent))]
+    kept = [bool(f) and int(slot[parent[i]]) < len(parent) for i, f in enumerate(first)]
+    assert all(int(new[i]) == int(slot[parent[i]]) for i in range(len(parent)) if kept[i])  # first child stays put
+    if torch.equal(slot, torch.arange(len(slot))) and torch.equal(parent, torch.arange(len(parent))):
+        assert layer._k is buf and torch.equal(new, slot)

@@ -1,6 +1,7 @@
 """The prefix-tree sampler (``sample_token_ids_tree``): the law of its completions equals exact sequence
-probabilities by teacher forcing (chi-square), the output contract equals ``sample_token_ids``'s, and the
-row order carries no information.
+probabilities by teacher forcing (chi-square), with either token draw (``multinomial``, ``inverse_cdf``), the
+output contract equals ``sample_token_ids``'s, and the row order carries no information. The inverse-CDF draw's
+own law, zero-mass tokens and rounding edge.
 
 The model is ``toy_llama.scaled_model``: a hand-made 6-token Llama with peaked, context-dependent next-token
 distributions and a common end token."""
@@ -14,6 +15,7 @@ import pytest
 import torch
 from scipy.stats import chi2
 
+from brorl.models import sampling
 from brorl.models.sampling import SAMPLERS, sample_token_ids, sample_token_ids_tree
 from toy_llama import EOS, PAD, scaled_model
 
@@ -76,6 +78,48 @@ def test_tree_law_matches_teacher_forcing(model):
     # the reference sampler passes the same check (the exact law is right)
     ref = sample_token_ids(model, PROMPTS[:1], n, T, EOS, PAD, temperature=0.7, seed=3)[0]
     assert chi2_pvalue(ref, exact_law(model, PROMPTS[0], 0.7)) > 1e-4
+
+
+@pytest.mark.parametrize("block", [1024, 4])  # one block (the whole 6-token vocabulary), or 2 (padded to 8)
+def test_inverse_cdf_draw_has_the_law_of_teacher_forcing(model, monkeypatch, block):
+    monkeypatch.setattr(sampling, "DRAW_BLOCK", block)
+    n = 12000
+    law = exact_law(model, PROMPTS[0], 0.7)
+    for sampler in (sample_token_ids_tree, sample_token_ids):
+        rows = sampler(model, PROMPTS[:1], n, T, EOS, PAD, temperature=0.7, seed=4, draw="inverse_cdf")[0]
+        assert chi2_pvalue(rows, law) > 1e-4, sampler.__name__
+        other = sampler(model, PROMPTS[:1], n, T, EOS, PAD, temperature=0.7, seed=4)[0]
+        assert not torch.equal(rows, other)  # a different draw of the same law, not the multinomial's
+    hot = sample_token_ids_tree(model, PROMPTS[:1], n, T, EOS, PAD, temperature=1.0, seed=4, draw="inverse_cdf")[0]
+    assert chi2_pvalue(hot, law) < 1e-6
+
+
+def test_inverse_cdf_frequencies_zero_mass_and_rounding(monkeypatch):
+    """37 tokens in blocks of 8 (padded to 40): frequencies fit the probabilities, tokens and a whole block
+    without mass are never drawn, and a uniform that rounds up to the total lands on the last token with mass."""
+    g = torch.Generator().manual_seed(7)
+    probs = torch.rand(37, generator=g) ** 3
+    probs[[0, 5, 36, 35]] = 0.0
+    probs[8:16] = 0.0                                   # block 1 has no mass
+    probs = probs / probs.sum()
+    n = 200_000
+    tok = sampling._inverse_cdf(probs.expand(n, 37), g, block=8)
+    counts = torch.bincount(tok, minlength=37)
+    assert int(counts[probs == 0].sum()) == 0
+    exp = (probs * n).numpy()
+    big = exp >= 5
+    obs = counts.numpy().astype(float)
+    stat = float(((obs[big] - exp[big]) ** 2 / exp[big]).sum())
+    assert chi2.sf(stat, int(big.sum()) - 1) > 1e-4
+    skewed = probs.clone()
+    skewed[1], skewed[2] = skewed[1] + skewed[2], 0.0   # a wrong law is caught at this n
+    far = ((obs[big] - (skewed.numpy() * n)[big]) ** 2 / np.maximum((skewed.numpy() * n)[big], 1e-9)).sum()
+    assert chi2.sf(float(far), int(big.sum()) - 1) < 1e-6
+    monkeypatch.setattr(torch, "rand", lambda shape, **kw: torch.ones(shape, dtype=kw.get("dtype")))
+    top = sampling._inverse_cdf(probs.expand(3, 37).contiguous(), g, block=8)
+    assert top.tolist() == [34, 34, 34]                 # 35 and 36 have no mass
+    with pytest.raises(ValueError, match="token_draw 'gumbel'"):
+        sampling.draw_tokens(probs.expand(2, 37), g, "gumbel")
 
 
 def test_check_rejects_wrong_samplers(model):

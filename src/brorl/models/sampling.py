@@ -27,38 +27,42 @@ from collections import defaultdict
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from brorl.models.settings import TOKEN_DRAWS
+
 
 class PreallocatedLayer(DynamicLayer):
     """One layer of a KV cache whose keys/values ([B, H, S, D]) live in buffers of ``capacity`` positions:
     :meth:`update` writes the new positions in place (``DynamicLayer`` concatenates the whole cache every step) and
-    ``keys`` / ``values`` are views of the filled part. Grows by doubling if a step overflows the buffer."""
+    ``keys`` / ``values`` are views of the filled part of the first B (live) rows. Grows by doubling if a step
+    overflows the buffer (positions) or :meth:`move_rows` needs more rows."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, repeats: int = 1):
         super().__init__()
         self.dtype, self.device = keys.dtype, keys.device
         self._n = keys.shape[-2]
+        self._b = keys.shape[0] * repeats
         self._k = self._buffer(keys, capacity, repeats)
         self._v = self._buffer(values, capacity, repeats)
         self.is_initialized = True
         self._view()
 
     @staticmethod
-    def _buffer(x: torch.Tensor, capacity: int, repeats: int) -> torch.Tensor:
+    def _buffer(x: torch.Tensor, capacity: int, repeats: int, rows: int = 0) -> torch.Tensor:
         b, h, n, d = x.shape
-        buf = x.new_empty((b * repeats, h, max(capacity, n), d))
-        buf.view(b, repeats, h, -1, d)[:, :, :, :n] = x.unsqueeze(1)  # repeat_interleave, written in place
+        buf = x.new_empty((max(rows, b * repeats), h, max(capacity, n), d))
+        buf[: b * repeats].view(b, repeats, h, -1, d)[:, :, :, :n] = x.unsqueeze(1)  # repeat_interleave, in place
         return buf
 
     def _view(self) -> None:
-        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+        self.keys, self.values = self._k[: self._b, :, : self._n], self._v[: self._b, :, : self._n]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         s = key_states.shape[-2]
         if self._n + s > self._k.shape[2]:
             cap = max(2 * self._k.shape[2], self._n + s)
             self._k, self._v = (self._buffer(x, cap, 1) for x in (self.keys, self.values))
-        self._k[:, :, self._n: self._n + s] = key_states
-        self._v[:, :, self._n: self._n + s] = value_states
+        self._k[: self._b, :, self._n: self._n + s] = key_states
+        self._v[: self._b, :, self._n: self._n + s] = value_states
         self._n += s
         self._view()
         return self.keys, self.values
@@ -67,14 +71,28 @@ class PreallocatedLayer(DynamicLayer):
         return self._n
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        self._k, self._v = (x.repeat_interleave(repeats, dim=0) for x in (self._k, self._v))
+        self._k, self._v = (x[: self._b].repeat_interleave(repeats, dim=0) for x in (self._k, self._v))
+        self._b *= repeats
         self._view()
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if indices.shape[0] == self._k.shape[0] and bool((indices == torch.arange(
+        if indices.shape[0] == self._b and bool((indices == torch.arange(
                 indices.shape[0], device=indices.device)).all()):
-            return  # every row keeps its place (a prefix-tree step where no node split or finished)
+            return  # every row keeps its place
         self._k, self._v = self._k[indices], self._v[indices]
+        self._b = indices.shape[0]
+        self._view()
+
+    def move_rows(self, dst: torch.Tensor, src: torch.Tensor, live: int) -> None:
+        """Copy the filled part of rows ``src`` to rows ``dst`` (every source read before any write), then keep the
+        first ``live`` rows: the prefix tree's re-seating, which copies only the rows that changed."""
+        if live > self._k.shape[0]:
+            rows = max(live, 2 * self._k.shape[0])
+            self._k, self._v = (self._buffer(x, self._k.shape[2], 1, rows) for x in (self.keys, self.values))
+        if dst.numel():
+            self._k[dst, :, : self._n] = self._k[src, :, : self._n]
+            self._v[dst, :, : self._n] = self._v[src, :, : self._n]
+        self._b = live
         self._view()
 
 
@@ -94,7 +112,7 @@ def model_device(model) -> torch.device:
 
 @torch.no_grad()
 def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: int, eos_id: int, pad_id: int,
-                  temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+                  temperature: float, generator: torch.Generator | None, draw: str = "multinomial") -> torch.Tensor:
     """[P, L] prompt ids -> [P * repeats, max_new_tokens] sampled ids (pad after the end token)."""
     n_rows = prompts.shape[0] * repeats
     out = torch.full((n_rows, max_new_tokens), pad_id, dtype=torch.long, device=prompts.device)
@@ -107,7 +125,7 @@ def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: in
     for t in range(max_new_tokens):
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+            tok = draw_tokens(probs, generator, draw)
         else:
             tok = logits.argmax(dim=-1)
         out[active, t] = tok
@@ -177,11 +195,12 @@ def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None
 @torch.no_grad()
 def sample_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_tokens: int, eos_id: int, pad_id: int,
                      temperature: float = 1.0, seed: int | None = 0, chunk_samples: int = 1024,
-                     progress=None) -> list[torch.Tensor]:
-    """``n`` sampled continuations for each prompt: a list of [n, max_new_tokens] id tensors."""
+                     progress=None, draw: str = "multinomial") -> list[torch.Tensor]:
+    """``n`` sampled continuations for each prompt: a list of [n, max_new_tokens] id tensors (``draw``: the token
+    draw, :func:`draw_tokens`)."""
 
     def block(prompts, repeats, generator):
-        ids = _sample_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator)
+        ids = _sample_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator, draw)
         return list(ids.split(repeats))
 
     return _sample_prompts(model, prompt_ids, n, seed, chunk_samples, progress, block)
@@ -224,27 +243,102 @@ def hf_generate_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_to
     return results  # type: ignore[return-value]
 
 
+# ----- the token draw (``token_draw``): torch.multinomial, or an inverse CDF in two levels
+
+DRAW_BLOCK = 1024  # inverse_cdf: tokens per block of the first level
+
+
+def _inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None, block: int = DRAW_BLOCK) -> torch.Tensor:
+    """One token per row of ``probs`` [R, V] (rows need not sum to 1), by inverse CDF in two levels: a block of
+    ``block`` tokens in proportion to its mass (fp32 block sums, their running sum in fp64), then a token inside
+    it in proportion to its probability (the block's running sum in fp64). One fp64 uniform per row.
+
+    ``torch.multinomial`` on CPU draws an exponential per vocabulary entry (R x V of them, one thread): ~0.3 s
+    per decode step at R = 256 and SmolLM2's 49,152 tokens. This reads the R x V probabilities once (the block
+    sums) and then R x ``block``; the law is the same up to the fp32 rounding of the probabilities, which
+    ``torch.multinomial`` shares. A token or block without mass is never drawn (a uniform that rounds up to
+    the total goes to the last one with mass)."""
+    n_rows, vocab = probs.shape
+    block = min(block, vocab)
+    if vocab % block:
+        probs = torch.nn.functional.pad(probs, (0, block - vocab % block))
+    blocks = probs.reshape(n_rows, -1, block)
+    rows = torch.arange(n_rows, device=probs.device)
+
+    def last_with_mass(x: torch.Tensor) -> torch.Tensor:
+        return x.shape[-1] - 1 - (x > 0).flip(-1).int().argmax(-1)
+
+    mass = blocks.sum(-1).double()                                      # [R, K]
+    edges = mass.cumsum(-1)
+    u = torch.rand((n_rows, 1), dtype=torch.float64, generator=generator, device=probs.device) * edges[:, -1:]
+    blk = torch.minimum(torch.searchsorted(edges, u, right=True).squeeze(1), last_with_mass(mass))
+    start = torch.where(blk > 0, edges[rows, (blk - 1).clamp_min(0)], torch.zeros_like(edges[:, 0]))
+    inside = blocks[rows, blk]                                          # [R, block]
+    local = inside.double().cumsum(-1)
+    x = (u.squeeze(1) - start) / mass[rows, blk] * local[:, -1]        # the uniform, rescaled to the block's sum
+    tok = torch.searchsorted(local, x.unsqueeze(1), right=True).squeeze(1)
+    return blk * block + torch.minimum(tok, last_with_mass(inside))
+
+
+def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None, draw: str = "multinomial") -> torch.Tensor:
+    """One token id per row of ``probs`` [R, V]: ``multinomial`` (torch.multinomial, the project's draw before
+    issue 31, so its runs replay) or ``inverse_cdf`` (:func:`_inverse_cdf`, the same law, faster on CPU)."""
+    if draw == "multinomial":
+        return torch.multinomial(probs, 1, replacement=True, generator=generator).squeeze(1)
+    if draw == "inverse_cdf":
+        return _inverse_cdf(probs, generator, DRAW_BLOCK)
+    raise ValueError(f"token_draw {draw!r}: must be one of {TOKEN_DRAWS}")
+
+
 # ----- prefix-tree sampler: one forward row per distinct partial completion
 
-def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None):
+def _split_counts(probs: torch.Tensor, counts: torch.Tensor, generator: torch.Generator | None,
+                  draw: str = "multinomial"):
     """Multinomial(counts[r], probs[r]) for every row r, as the nonzero cells of the [R, V] count matrix:
     (parent row, token, count), ordered by parent then token.
 
     Each of the ``counts[r]`` samples at node r draws its next token independently from ``probs[r]``
     (exactly what i.i.d. sampling does); the draws are then tallied per (node, token) with ``torch.unique``
     (a dense [R, V] tally and its nonzero scan cost R x V per step). Rows with a count of 1 each (every
-    node a single sample) draw from ``probs`` itself, without gathering a copy: the same draws."""
+    node a single sample) draw from ``probs`` itself, without gathering a copy: the same draws. ``draw``: see
+    :func:`draw_tokens`."""
     n_rows, vocab = probs.shape
     owner = torch.repeat_interleave(torch.arange(n_rows, device=probs.device), counts)
     rows = probs if owner.shape[0] == n_rows else probs[owner]
-    tok = torch.multinomial(rows, 1, replacement=True, generator=generator).squeeze(1)
+    tok = draw_tokens(rows, generator, draw)
     cells, child_counts = torch.unique(owner * vocab + tok, sorted=True, return_counts=True)
     return cells // vocab, cells % vocab, child_counts
 
 
+def _reseat(cache, slot: torch.Tensor, parent: torch.Tensor) -> torch.Tensor:
+    """Cache rows for the next decode step of the prefix tree, copying only the rows that change.
+
+    ``slot[i]`` is the cache row of live node i; ``parent`` (non-decreasing) the node each kept child came from.
+    A parent's first child keeps the parent's row in place; the other children, and first children whose row is
+    past the new live count, are copied into the rows left free below it (the nodes that ended or had no kept
+    child). Returns the children's rows, the cache holding exactly that many live rows. Before issue 31 every
+    step with a split gathered the whole cache in child order (``batch_select_indices(parent)``); the nodes are
+    still drawn in that order, so the samples are the same."""
+    b = parent.shape[0]
+    first = torch.ones(b, dtype=torch.bool, device=parent.device)
+    first[1:] = parent[1:] != parent[:-1]
+    new = slot[parent]                                  # every child starts on its parent's row
+    inherited = new[first]
+    used = torch.zeros(b, dtype=torch.bool, device=parent.device)
+    used[inherited[inherited < b]] = True
+    holes = (~used).nonzero().squeeze(1)
+    movers = ((~first) | (new >= b)).nonzero().squeeze(1)
+    src = new[movers]
+    new[movers] = holes
+    for layer in cache.layers:
+        layer.move_rows(holes, src, b)
+    return new
+
+
 @torch.no_grad()
 def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: int, eos_id: int, pad_id: int,
-                       temperature: float, generator: torch.Generator | None) -> list[torch.Tensor]:
+                       temperature: float, generator: torch.Generator | None,
+                       draw: str = "multinomial") -> list[torch.Tensor]:
     """[P, L] prompt ids -> P tensors [repeats, max_new_tokens] (leaf order, not yet shuffled).
 
     The live set is the distinct partial completions (one KV-cache row each) with their sample counts;
@@ -256,13 +350,14 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
     cache = preallocate(res.past_key_values, max_new_tokens)
     logits = res.logits[:, -1, :].float()
     owner = torch.arange(n_prompts, device=device)       # prompt of each live node
+    slot = torch.arange(n_prompts, device=device)        # cache row of each live node
     counts = torch.full((n_prompts,), repeats, dtype=torch.long, device=device)
     hist = torch.empty((n_prompts, 0), dtype=torch.long, device=device)  # tokens of each live node so far
     leaves: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (owner, count, padded ids)
     for t in range(max_new_tokens):
         if temperature > 0:  # children, grouped by parent
             parent, tok, child_counts = _split_counts(torch.softmax(logits / temperature, dim=-1), counts,
-                                                      generator)
+                                                      generator, draw)
         else:
             parent, tok, child_counts = torch.arange(len(counts), device=device), logits.argmax(dim=-1), counts
         hist = torch.cat([hist[parent], tok.unsqueeze(1)], dim=1)
@@ -279,10 +374,14 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
             break
         keep = alive.nonzero().squeeze(1)
         parent, tok, owner, counts, hist = parent[keep], tok[keep], owner[keep], child_counts[keep], hist[keep]
-        cache.batch_select_indices(parent)                # repeated indices copy a parent's rows to each child
-        res = model(input_ids=tok.unsqueeze(1), past_key_values=cache, use_cache=True)
+        slot = _reseat(cache, slot, parent)
+        in_place = bool((slot == torch.arange(len(slot), device=device)).all())
+        step = tok if in_place else torch.empty_like(tok).index_put_((slot,), tok)  # in cache-row order
+        res = model(input_ids=step.unsqueeze(1), past_key_values=cache, use_cache=True)
         cache = res.past_key_values
         logits = res.logits[:, -1, :].float()
+        if not in_place:
+            logits = logits[slot]                          # back in node order
     leaf_owner = torch.cat([o for o, _, _ in leaves])
     leaf_counts = torch.cat([c for _, c, _ in leaves])
     leaf_ids = torch.cat([i for _, _, i in leaves])
@@ -296,7 +395,7 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
 @torch.no_grad()
 def sample_token_ids_tree(model, prompt_ids: list[list[int]], n: int, max_new_tokens: int, eos_id: int, pad_id: int,
                           temperature: float = 1.0, seed: int | None = 0, chunk_samples: int = 1024,
-                          progress=None) -> list[torch.Tensor]:
+                          progress=None, draw: str = "multinomial") -> list[torch.Tensor]:
     """:func:`sample_token_ids`'s contract (a list of [n, max_new_tokens] id tensors, pad after the end token)
     through a prefix tree: the forward batch of a decode step is the number of *distinct* live partial
     completions, not ``n`` per prompt.
@@ -310,10 +409,12 @@ def sample_token_ids_tree(model, prompt_ids: list[list[int]], n: int, max_new_to
 
     ``chunk_samples`` bounds the live rows of one forward: prompts of one length go ``chunk_samples // n``
     at a time (at most n distinct rows each); a prompt with ``n > chunk_samples`` is sampled as independent
-    trees of at most ``chunk_samples`` samples, concatenated before the shuffle.
+    trees of at most ``chunk_samples`` samples, concatenated before the shuffle. ``draw``: the token draw
+    (:func:`draw_tokens`).
     """
     def block(prompts, repeats, generator):
-        return _sample_tree_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator)
+        return _sample_tree_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator,
+                                  draw)
 
     return _sample_prompts(model, prompt_ids, n, seed, chunk_samples, progress, block, shuffle=True)
 

@@ -476,7 +476,8 @@ class BroRLTrainer(GRPOTrainer):
         eos, pad_id = self.eos_token_ids[0], self._tokenizer.pad_token_id
         model = self.accelerator.unwrap_model(self.model)
         blocks = sampler(model, heads, n, self.max_completion_length, eos, pad_id, temperature=self.temperature,
-                         seed=getattr(self, "_sampler_seed", 0), chunk_samples=self.settings.chunk_samples)
+                         seed=getattr(self, "_sampler_seed", 0), chunk_samples=self.settings.chunk_samples,
+                         draw=self.settings.token_draw)
         completion_ids = []
         for block in blocks:
             for row in block.tolist():
