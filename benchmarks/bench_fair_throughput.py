@@ -189,7 +189,7 @@ def torch_cells(engine: str, precision: str, model_dir: Path, prompt: list[int],
         for n in ns:
             kv = (n * (len(prompt) + t) * cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim
                   * (4 if precision == "fp32" else 2)) / 2 ** 30
-            if kv * 2 > max_kv_gib:  # a per-step concatenated cache holds two copies at the peak
+            if kv * 2 > max_kv_gib:  # HF generate concatenates (two copies at the peak); a growing buffer too
                 print(f"[fair] {engine}/{precision} N={n} T={t}: skipped, KV cache {kv:.1f} GiB x 2 > "
                       f"--max-kv-gib {max_kv_gib}", flush=True)
                 continue

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from brorl import cli
+from brorl.config import PROJECT_ROOT
 
 
 def test_every_command_names_a_function_of_its_stage():
@@ -89,3 +90,20 @@ def test_under_launch_the_other_ranks_train_without_an_mlflow_run(tmp_path, monk
                   "--work", "w", "--model-out", "m", "--results", "r"])
     assert calls == [(Path("i"), "d", 4, 0.1, {"progress": False, "source": "tasks"})]
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "r" / "mlflow_run_id").exists()
+
+
+def test_the_snakefile_imports_stay_without_torch():
+    """What the Snakefile and its rules import to plan the DAG (a no-op rerun pays for every import: issue 31's
+    <= 5 s) loads neither torch nor transformers; the validation of the default config included."""
+    mods = ("brorl.config", "brorl.data.catalog", "brorl.data.training", "brorl.layout", "brorl.pipeline",
+            "brorl.study.plan", "brorl.training.arms", "brorl.training.settings")
+    code = ("import importlib, sys\n" + "".join(f"importlib.import_module({m!r})\n" for m in mods)
+            + "from brorl.pipeline import Plan, load_config, validate_workflow_config\n"
+            + "config = load_config('config/config.yaml')\n"
+            + "validate_workflow_config(config, ['config/config.yaml'], {})\n"
+            + "Plan(config, cores=2, gpu_total=None, dryrun=lambda: False)\n"
+            + "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=PROJECT_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -17,6 +17,7 @@ from scipy.stats import chi2
 
 from brorl.models import sampling
 from brorl.models.sampling import SAMPLERS, sample_token_ids, sample_token_ids_tree
+from brorl.training.settings import TOKEN_DRAWS
 from toy_llama import EOS, PAD, scaled_model
 
 T = 4
@@ -120,6 +121,8 @@ def test_inverse_cdf_frequencies_zero_mass_and_rounding(monkeypatch):
     assert top.tolist() == [34, 34, 34]                 # 35 and 36 have no mass
     with pytest.raises(ValueError, match="token_draw 'gumbel'"):
         sampling.draw_tokens(probs.expand(2, 37), g, "gumbel")
+    for draw in TOKEN_DRAWS:  # every draw the settings accept, the sampler knows
+        assert sampling.draw_tokens(probs.expand(2, 37), g, draw).shape == (2,)
 
 
 def test_check_rejects_wrong_samplers(model):

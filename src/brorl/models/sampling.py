@@ -14,7 +14,13 @@ of a trained model coincide). ``SAMPLERS`` maps the engine names to the two func
 Both decode into a preallocated KV cache (:class:`PreallocatedLayer`): the prompt's cache is copied once into
 buffers with room for every token still to come, and each step writes its keys and values in place, where
 ``DynamicCache`` concatenates (copies) the whole cache of every layer at every step; attention reads a view of the
-filled part. Same numbers as the concatenating cache (tests/test_sampling_cache.py).
+filled part. Same numbers as the concatenating cache (tests/test_sampling_cache.py). The prefix tree keeps each
+node's cache row where it is across steps (:func:`_reseat`: a node's first child inherits its row, other children
+are copied into free rows), where it used to gather the whole cache in node order at every step that split a node.
+
+The token draw is declared (``token_draw``, :func:`draw_tokens`): ``multinomial`` (torch.multinomial) or
+``inverse_cdf`` (one uniform per row against a two-level running sum; the same law, and on CPU it skips the
+exponential per vocabulary entry that torch.multinomial draws on one thread).
 
 ``hf_generate_token_ids`` is the plain ``model.generate(num_return_sequences=N)`` baseline (no
 prefix sharing), kept for the benchmark and as a cross-check.
@@ -26,8 +32,6 @@ from collections import defaultdict
 
 import torch
 from transformers.cache_utils import DynamicLayer
-
-from brorl.models.settings import TOKEN_DRAWS
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -287,7 +291,7 @@ def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None, draw: st
         return torch.multinomial(probs, 1, replacement=True, generator=generator).squeeze(1)
     if draw == "inverse_cdf":
         return _inverse_cdf(probs, generator, DRAW_BLOCK)
-    raise ValueError(f"token_draw {draw!r}: must be one of {TOKEN_DRAWS}")
+    raise ValueError(f"token_draw {draw!r}: must be 'multinomial' or 'inverse_cdf'")
 
 
 # ----- prefix-tree sampler: one forward row per distinct partial completion

@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass, field
 
 from brorl.settings import settings_kwargs
 
-TOKEN_DRAWS = ("multinomial", "inverse_cdf")  # how the CPU samplers draw a token (brorl.models.sampling.draw_tokens)
-
 
 @dataclass(frozen=True)
 class ModelSettings:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from brorl.models.settings import TOKEN_DRAWS
 from brorl.settings import settings_kwargs
 
 LR_RULES = ("sqrt", "constant")
 GENERATION_ENGINES = ("prefix_tree", "shared_prompt", "hf", "vllm")
+TOKEN_DRAWS = ("multinomial", "inverse_cdf")  # brorl.models.sampling.draw_tokens (a test holds the two equal)
 VLLM_IS_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 PLATEAU_RULES = ("best", "slope")
 PLATEAU_CONFIDENCE = 0.95  # [our choice] the slope rule's one-sided upper confidence bound
