@@ -8,7 +8,9 @@ end token), temperature 1, no top-k / top-p / min-p / penalties, ``--threads`` t
 
 - ``hf`` (TRL's path: ``model.generate(num_return_sequences=N)``), ``shared_prompt``, ``prefix_tree`` (the
   project's engines, brorl.models.sampling, with the tiny profile's ``token_draw: multinomial``) and
-  ``prefix_tree+inverse_cdf`` (the small profile's ``token_draw: inverse_cdf``) on the converted HF folder, fp32
+  ``prefix_tree+inverse_cdf`` (the small profile's earlier ``token_draw: inverse_cdf``) and
+  ``prefix_tree+inverse_cdf+shared_kv`` (the small profile's: also ``prompt_kv: shared``, the prompt's keys and values
+  once per prompt, brorl.models.kv_cache) on the converted HF folder, fp32
   and bf16 (the model loaded with ``dtype=torch.bfloat16``); torch's intra-op pool of ``--threads`` threads (the
   Python thread is one of them);
 - ``llama_cpp_batched`` (llama-cpp-python's low-level API, the logic of llama.cpp's ``batched`` example: one
@@ -52,10 +54,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "small" / "throughput"
 ENGINES = ("hf/fp32", "shared_prompt/fp32", "prefix_tree/fp32", "hf/bf16", "shared_prompt/bf16", "prefix_tree/bf16",
-           "prefix_tree+inverse_cdf/fp32", "prefix_tree+inverse_cdf/bf16",
+           "prefix_tree+inverse_cdf/fp32", "prefix_tree+inverse_cdf+shared_kv/fp32",
            "llama_cpp_batched/f32", "llama_cpp_batched/bf16", "llama_cpp_batched/f16", "llama_cpp_batched/q4_1",
            "vllm/fp32", "vllm_no_prefix_cache/fp32", "vllm/bf16", "vllm_no_prefix_cache/bf16")
-PROJECT = ("shared_prompt", "prefix_tree", "prefix_tree+inverse_cdf")  # engine[+token_draw]; default: multinomial
+PROJECT = ("shared_prompt", "prefix_tree", "prefix_tree+inverse_cdf", "prefix_tree+inverse_cdf+shared_kv")
+OPTIONS = {"inverse_cdf": ("draw", "inverse_cdf"), "shared_kv": ("prompt_kv", "shared")}  # engine[+option...]
+
+
+def project_engine(engine: str) -> tuple[str, dict]:
+    """``prefix_tree+inverse_cdf+shared_kv`` -> ("prefix_tree", {"draw": "inverse_cdf", "prompt_kv": "shared"}); the
+    defaults (multinomial, copied) are the tiny profile's."""
+    name, *options = engine.split("+")
+    unknown = [o for o in options if o not in OPTIONS]
+    if unknown:
+        raise SystemExit(f"engine {engine!r}: unknown option(s) {unknown}; known: {sorted(OPTIONS)}")
+    return name, {"draw": "multinomial", "prompt_kv": "copied"} | dict(OPTIONS[o] for o in options)
 COLUMNS = ("engine", "precision", "n", "new_tokens", "prompt_tokens", "repeats", "seconds_median", "seconds_min",
            "seconds_max", "samples_per_s", "tokens_per_s", "tokens_per_s_min", "tokens_per_s_max",
            "generated_tokens", "ceiling_tokens_per_s", "ceiling_fraction", "threads", "load_avg", "note")
@@ -177,9 +190,9 @@ def torch_cells(engine: str, precision: str, model_dir: Path, prompt: list[int],
             new = out[:, len(prompt):]
             assert new.shape == (n, t), new.shape
             return new.numel()
-        name, _, draw = engine.partition("+")
+        name, options = project_engine(engine)
         ids = SAMPLERS[name](model, [prompt], n, t, eos_id=-1, pad_id=cfg.pad_token_id, temperature=1.0,
-                             seed=seed, chunk_samples=max(1024, n), draw=draw or "multinomial")[0]
+                             seed=seed, chunk_samples=max(1024, n), **options)[0]
         assert ids.shape == (n, t), ids.shape
         return ids.numel()
 

@@ -30,7 +30,8 @@ def row(engine, precision, tps, lo, hi, n=256, t=64):
             "threads": "2", "load_avg": "1.00/1.00/1.00"}
 
 
-@pytest.mark.parametrize("engine", ["hf", "shared_prompt", "prefix_tree", "prefix_tree+inverse_cdf"])
+@pytest.mark.parametrize("engine", ["hf", "shared_prompt", "prefix_tree", "prefix_tree+inverse_cdf",
+                                    "prefix_tree+inverse_cdf+shared_kv"])
 def test_torch_engines_generate_exactly_n_times_t_tokens(tmp_path, engine):
     torch.manual_seed(0)
     model = build_model(ModelSettings(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,

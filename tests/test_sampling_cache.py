@@ -20,7 +20,7 @@ def model():
     return scaled_model(num_layers=2, scale=8.0)
 
 
-def concatenating(cache, new_tokens, repeats=1):
+def concatenating(cache, new_tokens, repeats=1, prompt_kv="copied"):
     """The cache before issue 31: DynamicCache as the model returns it (torch.cat every step)."""
     if repeats > 1:
         cache.batch_repeat_interleave(repeats)

@@ -208,6 +208,8 @@ def test_learning_rate_rule():
     ({"epsilon_low": 1.5}, "epsilon_low"),
     ({"generation_engine": "sglang"}, "generation_engine"),
     ({"max_rounds": 0}, "max_rounds"),
+    ({"prompt_kv": "per_row"}, "prompt_kv"),
+    ({"token_draw": "gumbel"}, "token_draw"),
 ])
 def test_settings_validation_names_the_key(bad, key):
     with pytest.raises(ValueError, match=key):
@@ -341,6 +343,22 @@ def test_every_cpu_engine_trains_with_ppo_mini_batches(tiny, engine):
     assert all(math.isfinite(r["loss"]) and r["generated_samples"] % 8 == 0 for r in rows)
     state = torch.load(out / "model" / "optimizer.pt", weights_only=True)["state"][0]
     assert int(state["step"]) == 4  # 2 RL steps x 2 mini-batches
+
+
+def test_the_small_profiles_sampling_recipe_reaches_the_sampler(tiny, monkeypatch):
+    """token_draw: inverse_cdf and prompt_kv: shared (config/small.yaml) through the trainer: every decode step
+    attends through the shared prompt (counted), and the stage trains."""
+    from brorl.models.kv_cache import SharedPromptLayer
+    from brorl.training.stage import read_metrics, train_stage
+
+    calls = []
+    attend = SharedPromptLayer.attend
+    monkeypatch.setattr(SharedPromptLayer, "attend", lambda self, *a: calls.append(1) or attend(self, *a))
+    out = tiny / "small-recipe"
+    settings = dict(RL, steps=1, generation_engine="prefix_tree", token_draw="inverse_cdf", prompt_kv="shared",
+                    probe_every=0)
+    assert train_stage(tiny / "sft", tiny / "data", out, settings, progress=False)["steps"] == 1
+    assert calls and math.isfinite(read_metrics(out)[0]["loss"])
 
 
 def test_sample_budget_ends_the_stage(tiny):

@@ -11,12 +11,14 @@ positions and attention need no masks. Pure temperature sampling: no top-k, no t
 forward batch is the number of distinct prefixes rather than N per prompt (many of the N short completions
 of a trained model coincide). ``SAMPLERS`` maps the engine names to the two functions.
 
-Both decode into a preallocated KV cache (:class:`PreallocatedLayer`): the prompt's cache is copied once into
-buffers with room for every token still to come, and each step writes its keys and values in place, where
-``DynamicCache`` concatenates (copies) the whole cache of every layer at every step; attention reads a view of the
-filled part. Same numbers as the concatenating cache (tests/test_sampling_cache.py). The prefix tree keeps each
+Both decode into a preallocated KV cache (:class:`PreallocatedLayer`, brorl.models.kv_cache): the prompt's cache is
+copied once into buffers with room for every token still to come, and each step writes its keys and values in place,
+where ``DynamicCache`` concatenates (copies) the whole cache of every layer at every step; attention reads a view of
+the filled part. Same numbers as the concatenating cache (tests/test_sampling_cache.py). The prefix tree keeps each
 node's cache row where it is across steps (:func:`_reseat`: a node's first child inherits its row, other children
 are copied into free rows), where it used to gather the whole cache in node order at every step that split a node.
+With ``prompt_kv="shared"`` (brorl.models.kv_cache) the prompt's keys and values are kept once per prompt instead of
+once per row, and a decode step's attention is split into the shared prompt and each row's own tokens.
 
 The token draw is declared (``token_draw``, :func:`draw_tokens`): ``multinomial`` (torch.multinomial) or
 ``inverse_cdf`` (one uniform per row against a two-level running sum; the same law, and on CPU it skips the
@@ -31,81 +33,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import torch
-from transformers.cache_utils import DynamicLayer
 
-
-class PreallocatedLayer(DynamicLayer):
-    """One layer of a KV cache whose keys/values ([B, H, S, D]) live in buffers of ``capacity`` positions:
-    :meth:`update` writes the new positions in place (``DynamicLayer`` concatenates the whole cache every step) and
-    ``keys`` / ``values`` are views of the filled part of the first B (live) rows. Grows by doubling if a step
-    overflows the buffer (positions) or :meth:`move_rows` needs more rows."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, repeats: int = 1):
-        super().__init__()
-        self.dtype, self.device = keys.dtype, keys.device
-        self._n = keys.shape[-2]
-        self._b = keys.shape[0] * repeats
-        self._k = self._buffer(keys, capacity, repeats)
-        self._v = self._buffer(values, capacity, repeats)
-        self.is_initialized = True
-        self._view()
-
-    @staticmethod
-    def _buffer(x: torch.Tensor, capacity: int, repeats: int, rows: int = 0) -> torch.Tensor:
-        b, h, n, d = x.shape
-        buf = x.new_empty((max(rows, b * repeats), h, max(capacity, n), d))
-        buf[: b * repeats].view(b, repeats, h, -1, d)[:, :, :, :n] = x.unsqueeze(1)  # repeat_interleave, in place
-        return buf
-
-    def _view(self) -> None:
-        self.keys, self.values = self._k[: self._b, :, : self._n], self._v[: self._b, :, : self._n]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        s = key_states.shape[-2]
-        if self._n + s > self._k.shape[2]:
-            cap = max(2 * self._k.shape[2], self._n + s)
-            self._k, self._v = (self._buffer(x, cap, 1) for x in (self.keys, self.values))
-        self._k[: self._b, :, self._n: self._n + s] = key_states
-        self._v[: self._b, :, self._n: self._n + s] = value_states
-        self._n += s
-        self._view()
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self._n
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._k, self._v = (x[: self._b].repeat_interleave(repeats, dim=0) for x in (self._k, self._v))
-        self._b *= repeats
-        self._view()
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if indices.shape[0] == self._b and bool((indices == torch.arange(
-                indices.shape[0], device=indices.device)).all()):
-            return  # every row keeps its place
-        self._k, self._v = self._k[indices], self._v[indices]
-        self._b = indices.shape[0]
-        self._view()
-
-    def move_rows(self, dst: torch.Tensor, src: torch.Tensor, live: int) -> None:
-        """Copy the filled part of rows ``src`` to rows ``dst`` (every source read before any write), then keep the
-        first ``live`` rows: the prefix tree's re-seating, which copies only the rows that changed."""
-        if live > self._k.shape[0]:
-            rows = max(live, 2 * self._k.shape[0])
-            self._k, self._v = (self._buffer(x, self._k.shape[2], 1, rows) for x in (self.keys, self.values))
-        if dst.numel():
-            self._k[dst, :, : self._n] = self._k[src, :, : self._n]
-            self._v[dst, :, : self._n] = self._v[src, :, : self._n]
-        self._b = live
-        self._view()
-
-
-def preallocate(cache, new_tokens: int, repeats: int = 1):
-    """``cache`` (a prefilled ``DynamicCache``) with every layer moved into a :class:`PreallocatedLayer` with room
-    for ``new_tokens`` more positions, each row repeated ``repeats`` times (``batch_repeat_interleave``)."""
-    cache.layers = [PreallocatedLayer(layer.keys, layer.values, layer.keys.shape[-2] + new_tokens, repeats)
-                    for layer in cache.layers]
-    return cache
+from brorl.models.kv_cache import PROMPT_KV, PreallocatedLayer, SharedPromptLayer, decoding, preallocate  # noqa: F401
 
 
 def model_device(model) -> torch.device:
@@ -116,16 +45,25 @@ def model_device(model) -> torch.device:
 
 @torch.no_grad()
 def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: int, eos_id: int, pad_id: int,
-                  temperature: float, generator: torch.Generator | None, draw: str = "multinomial") -> torch.Tensor:
+                  temperature: float, generator: torch.Generator | None, draw: str = "multinomial",
+                  prompt_kv: str = "copied") -> torch.Tensor:
     """[P, L] prompt ids -> [P * repeats, max_new_tokens] sampled ids (pad after the end token)."""
     n_rows = prompts.shape[0] * repeats
     out = torch.full((n_rows, max_new_tokens), pad_id, dtype=torch.long, device=prompts.device)
     res = model(input_ids=prompts, use_cache=True)
-    cache = preallocate(res.past_key_values, max_new_tokens, repeats)
+    cache = preallocate(res.past_key_values, max_new_tokens, repeats, prompt_kv)
     logits = res.logits[:, -1, :].float()
     if repeats > 1:
         logits = logits.repeat_interleave(repeats, dim=0)
     active = torch.arange(n_rows, device=prompts.device)
+    with decoding(model, cache) as extra:
+        _decode_rows(model, cache, extra, logits, out, active, max_new_tokens, eos_id, temperature, generator, draw)
+    return out
+
+
+def _decode_rows(model, cache, extra: dict, logits: torch.Tensor, out: torch.Tensor, active: torch.Tensor,
+                 max_new_tokens: int, eos_id: int, temperature: float, generator, draw: str) -> None:
+    """:func:`_sample_block`'s decode loop: fills ``out`` (rows ``active``) from the prefilled ``logits``."""
     for t in range(max_new_tokens):
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
@@ -140,10 +78,8 @@ def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: in
             keep = alive.nonzero().squeeze(1)
             cache.batch_select_indices(keep)
             active, tok = active[keep], tok[keep]
-        res = model(input_ids=tok.unsqueeze(1), past_key_values=cache, use_cache=True)
-        cache = res.past_key_values
+        res = model(input_ids=tok.unsqueeze(1), past_key_values=cache, use_cache=True, **extra)
         logits = res.logits[:, -1, :].float()
-    return out
 
 
 def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None, chunk_samples: int, progress,
@@ -199,12 +135,13 @@ def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None
 @torch.no_grad()
 def sample_token_ids(model, prompt_ids: list[list[int]], n: int, max_new_tokens: int, eos_id: int, pad_id: int,
                      temperature: float = 1.0, seed: int | None = 0, chunk_samples: int = 1024,
-                     progress=None, draw: str = "multinomial") -> list[torch.Tensor]:
+                     progress=None, draw: str = "multinomial", prompt_kv: str = "copied") -> list[torch.Tensor]:
     """``n`` sampled continuations for each prompt: a list of [n, max_new_tokens] id tensors (``draw``: the token
-    draw, :func:`draw_tokens`)."""
+    draw, :func:`draw_tokens`; ``prompt_kv``: where the prompt's keys and values live, brorl.models.kv_cache)."""
 
     def block(prompts, repeats, generator):
-        ids = _sample_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator, draw)
+        ids = _sample_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator, draw,
+                            prompt_kv)
         return list(ids.split(repeats))
 
     return _sample_prompts(model, prompt_ids, n, seed, chunk_samples, progress, block)
@@ -342,7 +279,7 @@ def _reseat(cache, slot: torch.Tensor, parent: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: int, eos_id: int, pad_id: int,
                        temperature: float, generator: torch.Generator | None,
-                       draw: str = "multinomial") -> list[torch.Tensor]:
+                       draw: str = "multinomial", prompt_kv: str = "copied") -> list[torch.Tensor]:
     """[P, L] prompt ids -> P tensors [repeats, max_new_tokens] (leaf order, not yet shuffled).
 
     The live set is the distinct partial completions (one KV-cache row each) with their sample counts;
@@ -351,41 +288,41 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
     if max_new_tokens <= 0:
         return [torch.full((repeats, 0), pad_id, dtype=torch.long, device=device) for _ in range(n_prompts)]
     res = model(input_ids=prompts, use_cache=True)
-    cache = preallocate(res.past_key_values, max_new_tokens)
+    cache = preallocate(res.past_key_values, max_new_tokens, 1, prompt_kv)
     logits = res.logits[:, -1, :].float()
     owner = torch.arange(n_prompts, device=device)       # prompt of each live node
     slot = torch.arange(n_prompts, device=device)        # cache row of each live node
     counts = torch.full((n_prompts,), repeats, dtype=torch.long, device=device)
     hist = torch.empty((n_prompts, 0), dtype=torch.long, device=device)  # tokens of each live node so far
     leaves: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (owner, count, padded ids)
-    for t in range(max_new_tokens):
-        if temperature > 0:  # children, grouped by parent
-            parent, tok, child_counts = _split_counts(torch.softmax(logits / temperature, dim=-1), counts,
-                                                      generator, draw)
-        else:
-            parent, tok, child_counts = torch.arange(len(counts), device=device), logits.argmax(dim=-1), counts
-        hist = torch.cat([hist[parent], tok.unsqueeze(1)], dim=1)
-        owner = owner[parent]
-        done = tok == eos_id
-        if t == max_new_tokens - 1:
-            done = torch.ones_like(done)
-        if bool(done.any()):
-            ids = torch.full((int(done.sum()), max_new_tokens), pad_id, dtype=torch.long, device=device)
-            ids[:, : t + 1] = hist[done]
-            leaves.append((owner[done], child_counts[done], ids))
-        alive = ~done
-        if not bool(alive.any()):
-            break
-        keep = alive.nonzero().squeeze(1)
-        parent, tok, owner, counts, hist = parent[keep], tok[keep], owner[keep], child_counts[keep], hist[keep]
-        slot = _reseat(cache, slot, parent)
-        in_place = bool((slot == torch.arange(len(slot), device=device)).all())
-        step = tok if in_place else torch.empty_like(tok).index_put_((slot,), tok)  # in cache-row order
-        res = model(input_ids=step.unsqueeze(1), past_key_values=cache, use_cache=True)
-        cache = res.past_key_values
-        logits = res.logits[:, -1, :].float()
-        if not in_place:
-            logits = logits[slot]                          # back in node order
+    with decoding(model, cache) as extra:
+        for t in range(max_new_tokens):
+            if temperature > 0:  # children, grouped by parent
+                parent, tok, child_counts = _split_counts(torch.softmax(logits / temperature, dim=-1), counts,
+                                                          generator, draw)
+            else:
+                parent, tok, child_counts = torch.arange(len(counts), device=device), logits.argmax(dim=-1), counts
+            hist = torch.cat([hist[parent], tok.unsqueeze(1)], dim=1)
+            owner = owner[parent]
+            done = tok == eos_id
+            if t == max_new_tokens - 1:
+                done = torch.ones_like(done)
+            if bool(done.any()):
+                ids = torch.full((int(done.sum()), max_new_tokens), pad_id, dtype=torch.long, device=device)
+                ids[:, : t + 1] = hist[done]
+                leaves.append((owner[done], child_counts[done], ids))
+            alive = ~done
+            if not bool(alive.any()):
+                break
+            keep = alive.nonzero().squeeze(1)
+            parent, tok, owner, counts, hist = parent[keep], tok[keep], owner[keep], child_counts[keep], hist[keep]
+            slot = _reseat(cache, slot, parent)
+            in_place = bool((slot == torch.arange(len(slot), device=device)).all())
+            step = tok if in_place else torch.empty_like(tok).index_put_((slot,), tok)  # in cache-row order
+            res = model(input_ids=step.unsqueeze(1), past_key_values=cache, use_cache=True, **extra)
+            logits = res.logits[:, -1, :].float()
+            if not in_place:
+                logits = logits[slot]                          # back in node order
     leaf_owner = torch.cat([o for o, _, _ in leaves])
     leaf_counts = torch.cat([c for _, c, _ in leaves])
     leaf_ids = torch.cat([i for _, _, i in leaves])
@@ -399,7 +336,7 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
 @torch.no_grad()
 def sample_token_ids_tree(model, prompt_ids: list[list[int]], n: int, max_new_tokens: int, eos_id: int, pad_id: int,
                           temperature: float = 1.0, seed: int | None = 0, chunk_samples: int = 1024,
-                          progress=None, draw: str = "multinomial") -> list[torch.Tensor]:
+                          progress=None, draw: str = "multinomial", prompt_kv: str = "copied") -> list[torch.Tensor]:
     """:func:`sample_token_ids`'s contract (a list of [n, max_new_tokens] id tensors, pad after the end token)
     through a prefix tree: the forward batch of a decode step is the number of *distinct* live partial
     completions, not ``n`` per prompt.
@@ -414,11 +351,11 @@ def sample_token_ids_tree(model, prompt_ids: list[list[int]], n: int, max_new_to
     ``chunk_samples`` bounds the live rows of one forward: prompts of one length go ``chunk_samples // n``
     at a time (at most n distinct rows each); a prompt with ``n > chunk_samples`` is sampled as independent
     trees of at most ``chunk_samples`` samples, concatenated before the shuffle. ``draw``: the token draw
-    (:func:`draw_tokens`).
+    (:func:`draw_tokens`); ``prompt_kv``: where the prompt's keys and values live (brorl.models.kv_cache).
     """
     def block(prompts, repeats, generator):
         return _sample_tree_block(model, prompts, repeats, max_new_tokens, eos_id, pad_id, temperature, generator,
-                                  draw)
+                                  draw, prompt_kv)
 
     return _sample_prompts(model, prompt_ids, n, seed, chunk_samples, progress, block, shuffle=True)
 

@@ -477,7 +477,7 @@ class BroRLTrainer(GRPOTrainer):
         model = self.accelerator.unwrap_model(self.model)
         blocks = sampler(model, heads, n, self.max_completion_length, eos, pad_id, temperature=self.temperature,
                          seed=getattr(self, "_sampler_seed", 0), chunk_samples=self.settings.chunk_samples,
-                         draw=self.settings.token_draw)
+                         draw=self.settings.token_draw, prompt_kv=self.settings.prompt_kv)
         completion_ids = []
         for block in blocks:
             for row in block.tolist():
