@@ -209,3 +209,26 @@ def test_two_lengths_in_one_call_keep_prompt_order(model):
     # each prompt's rows fit its own law, not another prompt's
     assert chi2_pvalue(out[1], laws[tuple(PROMPTS[1])]) < 1e-6
     assert not torch.equal(out[0], out[2]), "two copies of a prompt are sampled independently"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_step_weights_reuse_one_buffer_and_keep_each_draws_numbers(dtype):
+    """A decode step's weights (``StepWeights``): ``multinomial`` gets exactly the softmax of the fp32 logits over
+    the temperature (its runs replay), ``inverse_cdf`` weights proportional to it, both read in the order ``rows``
+    asks for (the prefix tree's cache order), and the step reuses one fp32 buffer instead of a fresh [R, V]
+    tensor per operation."""
+    g = torch.Generator().manual_seed(3)
+    weights = sampling.StepWeights()
+    seen = set()
+    for rows in (None, torch.tensor([2, 0, 3, 1, 4]), torch.tensor([4, 3])):
+        logits = (torch.randn(5, 300, generator=g) * 6).to(dtype)
+        ordered = logits.float() if rows is None else logits.float()[rows]
+        for temperature in (1.0, 0.7):
+            exact = torch.softmax(ordered / temperature, dim=-1)
+            assert torch.equal(weights(logits, temperature, "multinomial", rows), exact)
+            w = weights(logits, temperature, "inverse_cdf", rows)
+            assert w.dtype == torch.float32 and w.shape == exact.shape
+            torch.testing.assert_close(w / w.sum(-1, keepdim=True), exact, rtol=1e-5, atol=1e-7)
+            assert float(w.amax()) == 1.0                 # exp(0) at each row's top token: no overflow
+            seen.add(w.data_ptr())
+    assert len(seen) == 1                                 # one buffer, grown only if the rows grow

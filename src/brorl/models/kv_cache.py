@@ -142,18 +142,21 @@ class SharedPromptLayer(PreallocatedLayer):
             self._layout = (rank, int(counts.max()))
         return self._layout
 
-    def attend(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float) -> torch.Tensor:
+    def attend(self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scaling: float,
+               layout: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
         """Attention of one new token per row ([B, Hq, 1, D] queries; ``keys`` / ``values``: the rows' generated part,
         [B, Hk, t, D], grouped-query heads as the model's kernels pair them) over its prompt and its own tokens:
         softmax(q.[Kp, Ks]) [Vp; Vs] = (e^(mp-m) op + e^(ms-m) os) / (e^(mp-m) lp + e^(ms-m) ls), with m = max(mp, ms),
-        each part's max (m), sum of exponentials (l) and unnormalised output (o) in fp32. Returns [B, 1, Hq, D]."""
+        each part's max (m), sum of exponentials (l) and unnormalised output (o) in fp32. Returns [B, 1, Hq, D].
+        ``layout``: :meth:`_rows_by_prompt` of a layer with the same rows (every layer of a cache has; the first
+        layer's serves them all), else this layer's own."""
         b, hq, s, d = query.shape
         if s != 1:
             raise ValueError(f"shared-prompt attention decodes one token per row, got {s} queries")
         hk = keys.shape[1]
         g = hq // hk
         q = query.view(b, hk, g, d)  # query head h reads key head h // g
-        rank, most = self._rows_by_prompt()
+        rank, most = layout if layout is not None else self._rows_by_prompt()
         n_prompts = self.prompt_keys.shape[0]
         grid = q.new_zeros((n_prompts, most, hk, g, d))  # each prompt's rows side by side (zero rows unused)
         grid[self.owner, rank] = q
@@ -196,7 +199,8 @@ def _shared_prompt_attention(module, query, key, value, attention_mask, dropout:
     if cache is None:
         raise RuntimeError("shared-prompt attention runs inside brorl.models.kv_cache.decoding(model, cache)")
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    return cache.layers[module.layer_idx].attend(query, key, value, scale), None
+    layout = cache.layers[0]._rows_by_prompt()  # the same rows in every layer: one layout per step, not per layer
+    return cache.layers[module.layer_idx].attend(query, key, value, scale, layout), None
 
 
 AttentionInterface.register(SHARED_PROMPT_ATTENTION, _shared_prompt_attention)

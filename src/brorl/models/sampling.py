@@ -64,10 +64,10 @@ def _sample_block(model, prompts: torch.Tensor, repeats: int, max_new_tokens: in
 def _decode_rows(model, cache, extra: dict, logits: torch.Tensor, out: torch.Tensor, active: torch.Tensor,
                  max_new_tokens: int, eos_id: int, temperature: float, generator, draw: str) -> None:
     """:func:`_sample_block`'s decode loop: fills ``out`` (rows ``active``) from the prefilled ``logits``."""
+    weights = StepWeights()
     for t in range(max_new_tokens):
         if temperature > 0:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            tok = draw_tokens(probs, generator, draw)
+            tok = draw_tokens(weights(logits, temperature, draw), generator, draw)
         else:
             tok = logits.argmax(dim=-1)
         out[active, t] = tok
@@ -79,7 +79,7 @@ def _decode_rows(model, cache, extra: dict, logits: torch.Tensor, out: torch.Ten
             cache.batch_select_indices(keep)
             active, tok = active[keep], tok[keep]
         res = model(input_ids=tok.unsqueeze(1), past_key_values=cache, use_cache=True, **extra)
-        logits = res.logits[:, -1, :].float()
+        logits = res.logits[:, -1, :]
 
 
 def _sample_prompts(model, prompt_ids: list[list[int]], n: int, seed: int | None, chunk_samples: int, progress,
@@ -221,6 +221,46 @@ def _inverse_cdf(probs: torch.Tensor, generator: torch.Generator | None, block: 
     return blk * block + torch.minimum(tok, last_with_mass(inside))
 
 
+class StepWeights:
+    """The next-token weights of a decode step, from its logits [R, V] (the model's dtype), in one fp32 buffer reused
+    from step to step (grown when R grows).
+
+    A fresh [R, V] fp32 tensor per operation is what made the per-step logits work cost as much as the lm_head matmul
+    on CPU (issue 31, 256 rows x 49,152 tokens = 50 MB: each fresh tensor is mapped and page-faulted anew, ~15-25 ms
+    for a copy, a division, the softmax and the gather back to node order). Here the rows are read (``rows``: the
+    logits row of each output row, the prefix tree's cache order; None: in order) and converted into the buffer,
+    then, for ``token_draw``:
+
+    - ``multinomial``: ``softmax(logits / temperature)``, the same numbers as before (the tiny profile's runs replay);
+    - ``inverse_cdf``: ``exp((logits - max) / temperature)`` in place, unnormalised (:func:`_inverse_cdf` draws from
+      any non-negative weights: the same law as the softmax, up to rounding).
+
+    The result is valid until the next call."""
+
+    def __init__(self):
+        self._buf: torch.Tensor | None = None
+
+    def __call__(self, logits: torch.Tensor, temperature: float, draw: str,
+                 rows: torch.Tensor | None = None) -> torch.Tensor:
+        n = logits.shape[0] if rows is None else rows.shape[0]
+        buf = self._buf
+        if buf is None or buf.shape[0] < n or buf.shape[1] != logits.shape[1] or buf.device != logits.device:
+            buf = self._buf = logits.new_empty((n, logits.shape[1]), dtype=torch.float32)
+        w = buf[:n]
+        if rows is None:
+            w.copy_(logits)
+        elif logits.dtype == torch.float32:
+            torch.index_select(logits, 0, rows, out=w)
+        else:
+            w.copy_(logits.index_select(0, rows))  # gathered in the model's dtype, then converted
+        if draw != "inverse_cdf":
+            return torch.softmax(w / temperature, dim=-1)
+        w.sub_(w.amax(dim=-1, keepdim=True))
+        if temperature != 1.0:
+            w.div_(temperature)
+        return w.exp_()
+
+
 def draw_tokens(probs: torch.Tensor, generator: torch.Generator | None, draw: str = "multinomial") -> torch.Tensor:
     """One token id per row of ``probs`` [R, V]: ``multinomial`` (torch.multinomial, the project's draw before
     issue 31, so its runs replay) or ``inverse_cdf`` (:func:`_inverse_cdf`, the same law, faster on CPU)."""
@@ -289,7 +329,8 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
         return [torch.full((repeats, 0), pad_id, dtype=torch.long, device=device) for _ in range(n_prompts)]
     res = model(input_ids=prompts, use_cache=True)
     cache = preallocate(res.past_key_values, max_new_tokens, 1, prompt_kv)
-    logits = res.logits[:, -1, :].float()
+    logits, rows = res.logits[:, -1, :], None            # rows: the cache row of each node's logits (None: in order)
+    weights = StepWeights()
     owner = torch.arange(n_prompts, device=device)       # prompt of each live node
     slot = torch.arange(n_prompts, device=device)        # cache row of each live node
     counts = torch.full((n_prompts,), repeats, dtype=torch.long, device=device)
@@ -298,10 +339,12 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
     with decoding(model, cache) as extra:
         for t in range(max_new_tokens):
             if temperature > 0:  # children, grouped by parent
-                parent, tok, child_counts = _split_counts(torch.softmax(logits / temperature, dim=-1), counts,
+                parent, tok, child_counts = _split_counts(weights(logits, temperature, draw, rows), counts,
                                                           generator, draw)
             else:
-                parent, tok, child_counts = torch.arange(len(counts), device=device), logits.argmax(dim=-1), counts
+                top = logits.argmax(dim=-1)
+                parent, tok, child_counts = (torch.arange(len(counts), device=device),
+                                             top if rows is None else top[rows], counts)
             hist = torch.cat([hist[parent], tok.unsqueeze(1)], dim=1)
             owner = owner[parent]
             done = tok == eos_id
@@ -320,9 +363,7 @@ def _sample_tree_block(model, prompts: torch.Tensor, repeats: int, max_new_token
             in_place = bool((slot == torch.arange(len(slot), device=device)).all())
             step = tok if in_place else torch.empty_like(tok).index_put_((slot,), tok)  # in cache-row order
             res = model(input_ids=step.unsqueeze(1), past_key_values=cache, use_cache=True, **extra)
-            logits = res.logits[:, -1, :].float()
-            if not in_place:
-                logits = logits[slot]                          # back in node order
+            logits, rows = res.logits[:, -1, :], None if in_place else slot  # read back in node order
     leaf_owner = torch.cat([o for o, _, _ in leaves])
     leaf_counts = torch.cat([c for _, c, _ in leaves])
     leaf_ids = torch.cat([i for _, _, i in leaves])
