@@ -11,8 +11,9 @@ end token), temperature 1, no top-k / top-p / min-p / penalties, ``--threads`` t
   ``prefix_tree+inverse_cdf`` (the small profile's earlier ``token_draw: inverse_cdf``) and
   ``prefix_tree+inverse_cdf+shared_kv`` (the small profile's: also ``prompt_kv: shared``, the prompt's keys and values
   once per prompt, brorl.models.kv_cache) on the converted HF folder, fp32
-  and bf16 (the model loaded with ``dtype=torch.bfloat16``); torch's intra-op pool of ``--threads`` threads (the
-  Python thread is one of them);
+  and bf16 (the model loaded with ``dtype=torch.bfloat16``: weights, activations and KV cache in bf16, the attention's
+  softmax and the token draw in fp32); torch's intra-op pool of ``--threads`` threads (the Python thread is one of
+  them);
 - ``llama_cpp_batched`` (llama-cpp-python's low-level API, the logic of llama.cpp's ``batched`` example: one
   prompt decode on sequence 0, its KV cells shared with sequences 1..N-1 through ``llama_memory_seq_cp``, then one
   ``llama_decode`` per step over the N live sequences, each sampled by a ``dist`` sampler: T = 1, nothing else), on
@@ -55,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "small" / "throughput"
 ENGINES = ("hf/fp32", "shared_prompt/fp32", "prefix_tree/fp32", "hf/bf16", "shared_prompt/bf16", "prefix_tree/bf16",
            "prefix_tree+inverse_cdf/fp32", "prefix_tree+inverse_cdf+shared_kv/fp32",
+           "prefix_tree+inverse_cdf+shared_kv/bf16",
            "llama_cpp_batched/f32", "llama_cpp_batched/bf16", "llama_cpp_batched/f16", "llama_cpp_batched/q4_1",
            "vllm/fp32", "vllm_no_prefix_cache/fp32", "vllm/bf16", "vllm_no_prefix_cache/bf16")
 PROJECT = ("shared_prompt", "prefix_tree", "prefix_tree+inverse_cdf", "prefix_tree+inverse_cdf+shared_kv")
