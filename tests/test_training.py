@@ -475,8 +475,15 @@ def test_merged_duplicate_rows_give_the_same_update_and_logs(tiny, tmp_path):
     scale = max(g.abs().max().item() for g in plain.values())
     for k in plain:
         assert torch.allclose(plain[k], merged[k], atol=1e-5 * scale, rtol=1e-4), k
-    for k in w_plain:  # the update: AdamW's first step from the same weights
-        assert torch.allclose(w_plain[k], w_merged[k], atol=1e-6, rtol=0), k
+    lr = float(log_plain["learning_rate"])
+    for k in w_plain:  # the update: AdamW's first step from the same weights, lr * g / (|g| + eps) per weight (plus the
+        # same weight decay): sign-like, so where a gradient is within a few eps of 0 its rounding (the CPU's float
+        # kernels: 2.5e-5 apart at g = 7e-9 on an AMD EPYC host, 2026-12-07, where the Intel hosts had passed a
+        # whole-tensor 1e-6) moves the step by up to 2 lr; tight wherever the gradient is clear of eps (1e-8)
+        clear = plain[k].abs() > 100 * 1e-8 if k in plain else torch.ones_like(w_plain[k], dtype=torch.bool)
+        assert clear.float().mean() > 0.5, k
+        assert torch.allclose(w_plain[k][clear], w_merged[k][clear], atol=1e-6, rtol=0), k
+        assert float((w_plain[k] - w_merged[k]).abs().max()) <= 2 * lr * (1 + 1e-3), k
     assert log_plain["kl"] > 1e-3 and log_plain["entropy"] > 0
     for key in ("reward_mean", "kept_reward_mean", "kept_response_length", "loss", "grad_norm", "kl", "entropy",
                 "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
