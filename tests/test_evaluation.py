@@ -190,6 +190,25 @@ def test_pass_at_k_matches_brute_force(n):
 
 # --------------------------------------------------------------------------------------------------- (c) cache
 
+def test_lm_eval_runs_without_torchs_environment_report(tiny_model, tmp_path, monkeypatch):
+    """lm-eval's add_env_info runs torch's collect_env (pip and other programs, ~1 s per benchmark, two per tiny
+    evaluate job); the runner records the versions instead, and puts lm-eval's own function back afterwards."""
+    import lm_eval.evaluator
+    import torch.utils.collect_env as collect_env
+
+    # pytest's Failed is a BaseException: lm-eval's `except Exception` around the report would not swallow it
+    monkeypatch.setattr(collect_env, "get_pretty_env_info", lambda: pytest.fail("torch's collect_env was run"))
+    original = lm_eval.evaluator.add_env_info
+    seen, real = [], runner._run_lm_eval
+    monkeypatch.setattr(runner, "_run_lm_eval", lambda **kw: seen.append(real(**kw)) or seen[-1])
+    out = runner.evaluate(tiny_model / "sft", "tiny_add", tiny_model / "data", None, k=2, seed=SEED,
+                          batch_size=BATCH, threads=1, limit=4)
+    assert len(out["samples"]) == 4
+    assert seen[0]["pretty_env_info"] == runner.ENV_INFO_SKIPPED
+    assert seen[0]["lm_eval_version"] == runner._version("lm_eval") is not None
+    assert lm_eval.evaluator.add_env_info is original
+
+
 def test_cache_serves_an_unchanged_model_and_re_evaluates_a_changed_one(tiny_model, tmp_path, monkeypatch):
     import torch
     from safetensors.torch import load_file, save_file

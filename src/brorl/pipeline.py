@@ -175,10 +175,11 @@ THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GO
 
 
 def torch_threads_env() -> str:
-    """The environment of a job that Snakemake counts as one core but whose torch runs all cores' threads (SFT and
-    the ProRL stage, issue 31): their numbers depend on torch's thread count (docs/speed.md, "Time"), so it stays at
-    all cores, while they use about one core's worth (301 CPU s in 256 s for the ProRL stage at 2 threads), so the
-    one-thread theory jobs run beside them instead of after them. Every variable of :data:`THREAD_VARS` is set, not
+    """The environment of a job that Snakemake counts as one core but whose torch runs all cores' threads (the ProRL
+    stage, issue 31): its numbers depend on torch's thread count on some CPUs (docs/speed.md, "Time"), so it stays
+    at all cores, while it uses about one core's worth (301 CPU s in 256 s at 2 threads), so the one-thread theory
+    jobs run beside it instead of after it. SFT uses it too, but takes all cores (it uses ~1.5 cores' worth, so it
+    runs alone: workflow/rules/models.smk); its shell stays the same. Every variable of :data:`THREAD_VARS` is set, not
     only OMP_NUM_THREADS: Snakemake exports them all at the job's ``threads`` (1 here), and MKL_NUM_THREADS=1 under
     OMP_NUM_THREADS=2 changed the SFT checkpoint (a run of 2026-12-06: its first validation differed at 1e-11).
     A shell template: the rule declares ``resources: torch_threads=workflow.cores`` (a resource, so the rule's code

@@ -3,10 +3,12 @@
 # Threads and priorities (issues 21, 31): a job that takes all cores (`threads: workflow.cores`; torch follows
 # OMP_NUM_THREADS when the config's `threads` is 0) runs alone, and Snakemake starts the highest-priority jobs
 # that fit the free cores (it never holds a core back). The critical path (tasks -> SFT -> ProRL stage: 100) comes
-# first. SFT and the ProRL stage count as one core for Snakemake, while torch runs all cores' threads in them
-# (`torch_threads_env`: their numbers depend on torch's thread count, docs/speed.md "Time", and they use about one
-# core's worth), so the one-thread jobs that need no checkpoint (the theory jobs, the extended sweep first) run
-# beside them instead of after them. Then the throughput study (all cores, 50) alone, then the one-thread jobs fill
+# first. SFT takes all cores and runs alone (it uses ~1.5 cores' worth: 71 s alone against 126 s beside the
+# extended sweep on the AMD host of 2026-12-07, the same checkpoint). The ProRL stage counts as one core for
+# Snakemake while its torch runs all cores' threads (`torch_threads_env`: its numbers depend on torch's thread
+# count on some CPUs, docs/speed.md "Time", and it uses about one core's worth), so the one-thread jobs that need
+# no checkpoint of it (the theory jobs, the extended sweep first, and the SFT's difficulty profile) run beside it
+# instead of after it. Then the throughput study (all cores, 50) alone, then the one-thread jobs fill
 # every core: the difficulty profiles (20), the extended sweep (5: the longest), the arms (4), then the short theory
 # jobs (3) and evaluations (2). Any two one-thread priorities sum below an all-core job's, so none of them delays
 # one (Snakemake's ILP sums priorities; tests/test_scheduling.py replays the plan on a measured run:
@@ -49,7 +51,7 @@ if PLAN.trained:  # the model is trained here: SFT, then the ProRL stage (profil
             PLAN.at("start", "logs/models/sft.log"),
         benchmark:
             PLAN.at("start", "logs/benchmarks/sft.tsv")
-        threads: 1  # one core for Snakemake, all cores' threads for torch (torch_threads_env, issue 31)
+        threads: workflow.cores  # alone: it uses ~1.5 cores (the header); torch_threads_env keeps its shell as before
         resources:
             torch_threads=workflow.cores,
         priority: 100

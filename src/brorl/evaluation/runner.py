@@ -178,10 +178,29 @@ def _read_cache(path: Path, model_h: str, task_h: str) -> dict | None:
 
 
 def _run_lm_eval(**kwargs) -> dict:
-    """``lm_eval.simple_evaluate`` (one place, so tests can see whether it is called)."""
+    """``lm_eval.simple_evaluate`` (one place, so tests can see whether it is called), with lm-eval's environment
+    report replaced by :func:`_versions_env_info` for the call."""
     import lm_eval
+    import lm_eval.evaluator
 
-    return lm_eval.simple_evaluate(**kwargs)
+    report = lm_eval.evaluator.add_env_info
+    lm_eval.evaluator.add_env_info = _versions_env_info
+    try:
+        return lm_eval.simple_evaluate(**kwargs)
+    finally:
+        lm_eval.evaluator.add_env_info = report
+
+
+ENV_INFO_SKIPPED = "not collected by brorl (torch.utils.collect_env runs pip and other programs, ~1 s per call)"
+
+
+def _versions_env_info(storage: dict) -> None:
+    """What lm-eval's ``add_env_info`` (lm_eval/loggers/utils.py) adds to its results, without torch's
+    ``collect_env`` report: it starts pip and other programs, about 1 s per benchmark (two per evaluate job of
+    the tiny profile), and the project keeps only the metrics and samples of lm-eval's results
+    (:func:`collect_results`); the versions it records stay (the evaluation JSONs also record them)."""
+    storage.update({"pretty_env_info": ENV_INFO_SKIPPED, "transformers_version": _version("transformers"),
+                    "lm_eval_version": _version("lm_eval")})
 
 
 def _close(a: float, b: float) -> bool:
