@@ -75,6 +75,44 @@ def test_shared_prompt_logits_equal_the_models_own_attention(attn):
     assert caches["copied"].layers[0].keys.shape == (5, 2, 10, 8)
 
 
+@torch.no_grad()
+def test_bf16_shared_layers_hold_keys_transposed_with_the_same_logits(monkeypatch):
+    """16-bit CPU layers keep their generated keys as [B, H, D, S] (q.K^T over a row-major slice: no copy in the
+    CPU bf16 matmul); fp32 ones do not. Through growth, row drops and the tree's row moves the logits equal those
+    of the [B, H, S, D] layout exactly."""
+    model = gqa_model("sdpa").to(torch.bfloat16)
+    prompts = torch.tensor([PROMPTS[0], PROMPTS[1]])
+
+    def cache(transposed):
+        with monkeypatch.context() as m:
+            m.setattr(kv_cache, "transposed_keys_pay", lambda keys: transposed)
+            return preallocate(model(input_ids=prompts, use_cache=True).past_key_values, 2, 3, "shared")
+
+    caches = {t: cache(t) for t in (True, False)}
+    assert caches[True].layers[0]._kt and not caches[False].layers[0]._kt
+    assert preallocate(model(input_ids=prompts, use_cache=True).past_key_values, 2, 3, "shared").layers[0]._kt
+    assert not kv_cache.transposed_keys_pay(torch.zeros(1, 1, 1, 1))  # fp32: the usual layout
+    g = torch.Generator().manual_seed(1)
+    rows = 6
+    for step in range(6):  # capacity 2: the buffers grow twice
+        if step == 2:
+            for c in caches.values():
+                c.batch_select_indices(torch.tensor([0, 2, 3, 5]))
+            rows = 4
+        if step == 4:
+            for c in caches.values():
+                for layer in c.layers:
+                    layer.move_rows(torch.tensor([0, 4]), torch.tensor([3, 1]), 5)
+            rows = 5
+        tok = torch.randint(0, 6, (rows, 1), generator=g)
+        out = {}
+        for t, c in caches.items():
+            with decoding(model, c) as extra:
+                out[t] = model(input_ids=tok, past_key_values=c, use_cache=True, **extra).logits[:, -1]
+        assert torch.equal(out[True], out[False]), step
+    assert caches[True].layers[0]._capacity() >= 6
+
+
 @pytest.mark.parametrize("engine", ["shared_prompt", "prefix_tree"])
 @pytest.mark.parametrize("make", [lambda: scaled_model(num_layers=2, scale=8.0), lambda: gqa_model("eager", 6.0)])
 def test_same_tokens_for_the_same_seed(engine, make):

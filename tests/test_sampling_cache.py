@@ -51,10 +51,12 @@ def test_same_tokens_as_the_concatenating_cache(model, monkeypatch, engine, eos)
         assert any(bool((a == PAD).any()) for a in new)
 
 
-def test_layer_matches_concatenation_through_growth_and_selection():
+@pytest.mark.parametrize("transposed", [False, True])  # keys held [B, H, S, D] or [B, H, D, S] (16-bit CPU layers)
+def test_layer_matches_concatenation_through_growth_and_selection(transposed):
     g = torch.Generator().manual_seed(0)
     k, v = torch.randn(2, 3, 4, 5, generator=g), torch.randn(2, 3, 4, 5, generator=g)
-    layer = sampling.PreallocatedLayer(k, v, capacity=5, repeats=3)  # room for one step, then it grows
+    layer = sampling.PreallocatedLayer(k, v, capacity=5, repeats=3, keys_transposed=transposed)  # grows after a step
+    assert layer._k.shape[-1 if transposed else -2] == 5  # the layout asked for
     ref_k, ref_v = k.repeat_interleave(3, 0), v.repeat_interleave(3, 0)
     assert torch.equal(layer.keys, ref_k) and layer.get_seq_length() == 4
     for step in range(4):
@@ -62,7 +64,9 @@ def test_layer_matches_concatenation_through_growth_and_selection():
         ref_k, ref_v = torch.cat([ref_k, nk], 2), torch.cat([ref_v, nv], 2)
         out_k, out_v = layer.update(nk, nv)
         assert torch.equal(out_k, ref_k) and torch.equal(out_v, ref_v)
-    assert layer.get_seq_length() == 8 and layer._k.shape[2] >= 8
+    assert layer.get_seq_length() == 8 and layer._capacity() >= 8
+    if transposed:  # what q.K^T reads is a row-major slice of the buffer, not a copy
+        assert layer.keys.transpose(-1, -2).stride()[-1] == 1 and layer.keys.data_ptr() == layer._k.data_ptr()
     idx = torch.tensor([5, 0, 0, 2])
     layer.batch_select_indices(idx)
     assert torch.equal(layer.keys, ref_k[idx]) and torch.equal(layer.values, ref_v[idx])
@@ -121,11 +125,12 @@ def test_reseating_gives_the_tokens_of_gathering_in_node_order(model, monkeypatc
     ([0] * 7, [0]),                       # more live rows than the buffer holds: it grows
     ([0, 1, 2], [0, 1, 2]),               # nothing split: no copy
 ])
-def test_reseat_puts_each_child_on_a_copy_of_its_parent(parent, slot):
+@pytest.mark.parametrize("transposed", [False, True])
+def test_reseat_puts_each_child_on_a_copy_of_its_parent(parent, slot, transposed):
     g = torch.Generator().manual_seed(2)
     rows = max(slot) + 1
     k, v = torch.randn(rows, 3, 4, 5, generator=g), torch.randn(rows, 3, 4, 5, generator=g)
-    layer = sampling.PreallocatedLayer(k, v, capacity=6)
+    layer = sampling.PreallocatedLayer(k, v, capacity=6, keys_transposed=transposed)
     before_k, before_v = layer.keys.clone(), layer.values.clone()
     cache = type("Cache", (), {"layers": [layer]})()
     buf = layer._k

@@ -35,34 +35,57 @@ class PreallocatedLayer(DynamicLayer):
     """One layer of a KV cache whose keys/values ([B, H, S, D]) live in buffers of ``capacity`` positions:
     :meth:`update` writes the new positions in place (``DynamicLayer`` concatenates the whole cache every step) and
     ``keys`` / ``values`` are views of the filled part of the first B (live) rows. Grows by doubling if a step
-    overflows the buffer (positions) or :meth:`move_rows` needs more rows."""
+    overflows the buffer (positions) or :meth:`move_rows` needs more rows.
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, repeats: int = 1):
+    ``keys_transposed``: the keys' buffer holds them as [B, H, D, S], and ``keys`` is the [B, H, S, D] transposed view
+    of its filled part, so ``keys.transpose(-1, -2)`` (what the attention's q.K^T reads) is a plain row-major matrix
+    per row and head. A CPU bf16 batched matmul copies a transposed strided operand first: at 256 rows, 3 heads,
+    128 positions the q.K^T of a layer took 2.0 ms over the [B, H, S, D] buffer and 1.06 ms over this one (6.5 vs 3.3
+    ms at 250), the same numbers; in fp32 it was 1.4-1.6x slower (benchmarks/bench_transposed_keys.py, an AMD EPYC
+    host, 2026-12-07)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, repeats: int = 1,
+                 keys_transposed: bool = False):
         super().__init__()
         self.dtype, self.device = keys.dtype, keys.device
         self._n = keys.shape[-2]
         self._b = keys.shape[0] * repeats
-        self._k = self._buffer(keys, capacity, repeats)
+        self._kt = keys_transposed
+        self._k = self._buffer(keys, capacity, repeats, transposed=self._kt)
         self._v = self._buffer(values, capacity, repeats)
         self.is_initialized = True
         self._view()
 
     @staticmethod
-    def _buffer(x: torch.Tensor, capacity: int, repeats: int, rows: int = 0) -> torch.Tensor:
+    def _buffer(x: torch.Tensor, capacity: int, repeats: int, rows: int = 0, transposed: bool = False) -> torch.Tensor:
+        """A buffer of ``max(rows, B * repeats)`` rows and ``capacity`` positions holding ``x`` ([B, H, n, D]) with
+        each row repeated ``repeats`` times, as [rows, H, S, D] (or [rows, H, D, S] when ``transposed``)."""
         b, h, n, d = x.shape
+        if transposed:
+            buf = x.new_empty((max(rows, b * repeats), h, d, max(capacity, n)))
+            buf[: b * repeats].view(b, repeats, h, d, -1)[..., :n] = x.transpose(-1, -2).unsqueeze(1)
+            return buf
         buf = x.new_empty((max(rows, b * repeats), h, max(capacity, n), d))
         buf[: b * repeats].view(b, repeats, h, -1, d)[:, :, :, :n] = x.unsqueeze(1)  # repeat_interleave, in place
         return buf
 
+    def _capacity(self) -> int:
+        return self._k.shape[3] if self._kt else self._k.shape[2]
+
     def _view(self) -> None:
-        self.keys, self.values = self._k[: self._b, :, : self._n], self._v[: self._b, :, : self._n]
+        k = self._k[: self._b, :, :, : self._n].transpose(-1, -2) if self._kt else self._k[: self._b, :, : self._n]
+        self.keys, self.values = k, self._v[: self._b, :, : self._n]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         s = key_states.shape[-2]
-        if self._n + s > self._k.shape[2]:
-            cap = max(2 * self._k.shape[2], self._n + s)
-            self._k, self._v = (self._buffer(x, cap, 1) for x in (self.keys, self.values))
-        self._k[: self._b, :, self._n: self._n + s] = key_states
+        if self._n + s > self._capacity():
+            cap = max(2 * self._capacity(), self._n + s)
+            self._k = self._buffer(self.keys, cap, 1, transposed=self._kt)
+            self._v = self._buffer(self.values, cap, 1)
+        if self._kt:
+            self._k[: self._b, :, :, self._n: self._n + s] = key_states.transpose(-1, -2)
+        else:
+            self._k[: self._b, :, self._n: self._n + s] = key_states
         self._v[: self._b, :, self._n: self._n + s] = value_states
         self._n += s
         self._view()
@@ -88,10 +111,14 @@ class PreallocatedLayer(DynamicLayer):
         """Copy the filled part of rows ``src`` to rows ``dst`` (every source read before any write), then keep the
         first ``live`` rows: the prefix tree's re-seating, which copies only the rows that changed."""
         if live > self._k.shape[0]:
-            rows = max(live, 2 * self._k.shape[0])
-            self._k, self._v = (self._buffer(x, self._k.shape[2], 1, rows) for x in (self.keys, self.values))
+            rows, cap = max(live, 2 * self._k.shape[0]), self._capacity()
+            self._k = self._buffer(self.keys, cap, 1, rows, transposed=self._kt)
+            self._v = self._buffer(self.values, cap, 1, rows)
         if dst.numel():
-            self._k[dst, :, : self._n] = self._k[src, :, : self._n]
+            if self._kt:
+                self._k[dst, :, :, : self._n] = self._k[src, :, :, : self._n]
+            else:
+                self._k[dst, :, : self._n] = self._k[src, :, : self._n]
             self._v[dst, :, : self._n] = self._v[src, :, : self._n]
         self._b = live
         self._view()
@@ -106,7 +133,8 @@ class SharedPromptLayer(PreallocatedLayer):
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, capacity: int, repeats: int = 1):
         self.prompt_keys, self.prompt_values = keys, values
         self.prompt_len = keys.shape[-2]
-        super().__init__(keys[:, :, :0], values[:, :, :0], capacity, repeats)
+        super().__init__(keys[:, :, :0], values[:, :, :0], capacity, repeats,
+                         keys_transposed=transposed_keys_pay(keys))
         self._set_owner(torch.arange(keys.shape[0], device=keys.device).repeat_interleave(repeats))
 
     def _set_owner(self, owner: torch.Tensor) -> None:
@@ -177,6 +205,13 @@ class SharedPromptLayer(PreallocatedLayer):
         wp, ws = (mp - m).exp(), (ms - m).exp()
         out = (op * wp + os_ * ws) / (lp * wp + ls * ws)
         return out.to(query.dtype).view(b, 1, hq, d)
+
+
+def transposed_keys_pay(keys: torch.Tensor) -> bool:
+    """Whether a :class:`SharedPromptLayer` keeps its generated keys transposed (``keys_transposed``): 16-bit keys on
+    the CPU, where that made q.K^T 1.5-2.5x faster; fp32 keys (the tiny and small profiles' training samplers) and
+    other devices (not measured) keep the [B, H, S, D] buffer."""
+    return keys.device.type == "cpu" and keys.dtype in (torch.bfloat16, torch.float16)
 
 
 def preallocate(cache, new_tokens: int, repeats: int = 1, prompt_kv: str = "copied"):
