@@ -18,6 +18,7 @@ PROFILES = ["config/config.yaml", "config/config.yaml config/strong.yaml", "conf
             "config/config.yaml config/study.yaml", "config/config.yaml config/study.yaml config/study_batch.yaml"]
 # The tiny overlays and the last commit where each was a full copy of config/config.yaml (plus its changes).
 BASE_ARM_SETTINGS_SINCE = {"merge_duplicates": True}  # config/config.yaml rl.arms.settings after the full copies
+BASE_THROUGHPUT_SINCE = {"total": 4096}  # config/config.yaml throughput after the full copies (issue 31, session 9)
 FULL_COPIES = {"config/strong.yaml": "46a57f1",  # branch i21-speed: job-following threads
                "config/study.yaml": "c569fcb"}   # main before issue 18's overlays
 
@@ -508,6 +509,7 @@ def _full_copy(overlay):
         f"stages: {{{switches}}}\n"))
     # a later change of the base's arm settings reaches the overlay's arms by design (issue 31: merge_duplicates)
     full["rl"]["arms"]["settings"].update(BASE_ARM_SETTINGS_SINCE)
+    full["throughput"].update(BASE_THROUGHPUT_SINCE)  # and so does its throughput study's cell size
     return yaml.safe_dump(full, sort_keys=False)
 
 
