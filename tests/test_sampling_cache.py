@@ -51,7 +51,7 @@ def test_same_tokens_as_the_concatenating_cache(model, monkeypatch, engine, eos)
         assert any(bool((a == PAD).any()) for a in new)
 
 
-@pytest.mark.parametrize("transposed", [False, True])  # keys held [B, H, S, D] or [B, H, D, S] (16-bit CPU layers)
+@pytest.mark.parametrize("transposed", [False, True])  # keys held [B, H, S, D] or [B, H, D, S] (bf16 CPU layers)
 def test_layer_matches_concatenation_through_growth_and_selection(transposed):
     g = torch.Generator().manual_seed(0)
     k, v = torch.randn(2, 3, 4, 5, generator=g), torch.randn(2, 3, 4, 5, generator=g)
