@@ -35,6 +35,30 @@ def gqa_model(attn: str, scale: float = 3.0) -> LlamaForCausalLM:
     return model
 
 
+def decode_with_drops_and_moves(model, caches: dict, steps: int = 6):
+    """Teacher-forced decode steps over every cache of ``caches`` (each from the same two prompts x 3 rows), with rows
+    dropped at step 2 (a prompt's rows unequal in number) and moved at step 4 as the prefix tree moves them, identically
+    in each; yields (step, {name: last logits})."""
+    g = torch.Generator().manual_seed(1)
+    rows = 6
+    for step in range(steps):
+        if step == 2:  # drop rows 1 and 4: 2 rows of each prompt left
+            for c in caches.values():
+                c.batch_select_indices(torch.tensor([0, 2, 3, 5]))
+            rows = 4
+        if step == 4:  # the tree's re-seating: row 3 copied over row 0 (prompt 1's row now on prompt 0's slot)
+            for c in caches.values():
+                for layer in c.layers:
+                    layer.move_rows(torch.tensor([0, 4]), torch.tensor([3, 1]), 5)
+            rows = 5
+        tok = torch.randint(0, 6, (rows, 1), generator=g)
+        out = {}
+        for name, c in caches.items():
+            with decoding(model, c) as extra:
+                out[name] = model(input_ids=tok, past_key_values=c, use_cache=True, **extra).logits[:, -1]
+        yield step, out
+
+
 def test_the_settings_and_the_cache_name_the_same_choices():
     assert settings.PROMPT_KV == PROMPT_KV == ("copied", "shared")
     assert settings.RLSettings().prompt_kv == "copied"  # the tiny profile's runs replay
@@ -50,23 +74,7 @@ def test_shared_prompt_logits_equal_the_models_own_attention(attn):
     model = gqa_model(attn)
     prompts = torch.tensor([PROMPTS[0], PROMPTS[1]])
     caches = {kv: preallocate(model(input_ids=prompts, use_cache=True).past_key_values, 3, 3, kv) for kv in PROMPT_KV}
-    g = torch.Generator().manual_seed(1)
-    rows = 6
-    for step in range(6):
-        if step == 2:  # drop rows 1 and 4: 2 rows of each prompt left
-            for c in caches.values():
-                c.batch_select_indices(torch.tensor([0, 2, 3, 5]))
-            rows = 4
-        if step == 4:  # the tree's re-seating: row 3 copied over row 0 (prompt 1's row now on prompt 0's slot)
-            for c in caches.values():
-                for layer in c.layers:
-                    layer.move_rows(torch.tensor([0, 4]), torch.tensor([3, 1]), 5)
-            rows = 5
-        tok = torch.randint(0, 6, (rows, 1), generator=g)
-        out = {}
-        for kv, c in caches.items():
-            with decoding(model, c) as extra:
-                out[kv] = model(input_ids=tok, past_key_values=c, use_cache=True, **extra).logits[:, -1]
+    for step, out in decode_with_drops_and_moves(model, caches):
         assert torch.allclose(out["copied"], out["shared"], rtol=1e-5, atol=1e-5), step
     assert model.config._attn_implementation == attn
     shared = caches["shared"].layers[0]
@@ -93,23 +101,7 @@ def test_bf16_shared_layers_hold_keys_transposed_with_the_same_logits(monkeypatc
     assert preallocate(model(input_ids=prompts, use_cache=True).past_key_values, 2, 3, "shared").layers[0]._kt
     for dtype in (torch.float32, torch.float16):  # the usual layout (fp32: slower transposed; fp16: not measured)
         assert not kv_cache.transposed_keys_pay(torch.zeros(1, 1, 1, 1, dtype=dtype))
-    g = torch.Generator().manual_seed(1)
-    rows = 6
-    for step in range(6):  # capacity 2: the buffers grow twice
-        if step == 2:
-            for c in caches.values():
-                c.batch_select_indices(torch.tensor([0, 2, 3, 5]))
-            rows = 4
-        if step == 4:
-            for c in caches.values():
-                for layer in c.layers:
-                    layer.move_rows(torch.tensor([0, 4]), torch.tensor([3, 1]), 5)
-            rows = 5
-        tok = torch.randint(0, 6, (rows, 1), generator=g)
-        out = {}
-        for t, c in caches.items():
-            with decoding(model, c) as extra:
-                out[t] = model(input_ids=tok, past_key_values=c, use_cache=True, **extra).logits[:, -1]
+    for step, out in decode_with_drops_and_moves(model, caches):  # capacity 2: the buffers grow twice
         assert torch.equal(out[True], out[False]), step
     assert caches[True].layers[0]._capacity() >= 6
 

@@ -61,20 +61,23 @@ class PreallocatedLayer(DynamicLayer):
         """A buffer of ``max(rows, B * repeats)`` rows and ``capacity`` positions holding ``x`` ([B, H, n, D]) with
         each row repeated ``repeats`` times, as [rows, H, S, D] (or [rows, H, D, S] when ``transposed``)."""
         b, h, n, d = x.shape
-        if transposed:
-            buf = x.new_empty((max(rows, b * repeats), h, d, max(capacity, n)))
-            buf[: b * repeats].view(b, repeats, h, d, -1)[..., :n] = x.transpose(-1, -2).unsqueeze(1)
-            return buf
-        buf = x.new_empty((max(rows, b * repeats), h, max(capacity, n), d))
-        buf[: b * repeats].view(b, repeats, h, -1, d)[:, :, :, :n] = x.unsqueeze(1)  # repeat_interleave, in place
+        rows, capacity = max(rows, b * repeats), max(capacity, n)
+        buf = x.new_empty((rows, h, d, capacity) if transposed else (rows, h, capacity, d))
+        full = buf.transpose(-1, -2) if transposed else buf  # [rows, H, S, D] either way
+        full[: b * repeats].view(b, repeats, h, -1, d)[:, :, :, :n] = x.unsqueeze(1)  # repeat_interleave, in place
         return buf
 
+    def _keys_full(self) -> torch.Tensor:
+        """The keys' whole buffer as [rows, H, capacity, D] (a transposed view of it with ``keys_transposed``): every
+        write and view below goes through it, so only :meth:`_buffer` knows the layout; the row operations on dim 0
+        (:meth:`batch_repeat_interleave`, :meth:`batch_select_indices`) keep the buffer's own layout."""
+        return self._k.transpose(-1, -2) if self._kt else self._k
+
     def _capacity(self) -> int:
-        return self._k.shape[3] if self._kt else self._k.shape[2]
+        return self._keys_full().shape[2]
 
     def _view(self) -> None:
-        k = self._k[: self._b, :, :, : self._n].transpose(-1, -2) if self._kt else self._k[: self._b, :, : self._n]
-        self.keys, self.values = k, self._v[: self._b, :, : self._n]
+        self.keys, self.values = self._keys_full()[: self._b, :, : self._n], self._v[: self._b, :, : self._n]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         s = key_states.shape[-2]
@@ -82,10 +85,7 @@ class PreallocatedLayer(DynamicLayer):
             cap = max(2 * self._capacity(), self._n + s)
             self._k = self._buffer(self.keys, cap, 1, transposed=self._kt)
             self._v = self._buffer(self.values, cap, 1)
-        if self._kt:
-            self._k[: self._b, :, :, self._n: self._n + s] = key_states.transpose(-1, -2)
-        else:
-            self._k[: self._b, :, self._n: self._n + s] = key_states
+        self._keys_full()[: self._b, :, self._n: self._n + s] = key_states
         self._v[: self._b, :, self._n: self._n + s] = value_states
         self._n += s
         self._view()
@@ -115,10 +115,8 @@ class PreallocatedLayer(DynamicLayer):
             self._k = self._buffer(self.keys, cap, 1, rows, transposed=self._kt)
             self._v = self._buffer(self.values, cap, 1, rows)
         if dst.numel():
-            if self._kt:
-                self._k[dst, :, :, : self._n] = self._k[src, :, :, : self._n]
-            else:
-                self._k[dst, :, : self._n] = self._k[src, :, : self._n]
+            keys = self._keys_full()
+            keys[dst, :, : self._n] = keys[src, :, : self._n]
             self._v[dst, :, : self._n] = self._v[src, :, : self._n]
         self._b = live
         self._view()
